@@ -1,0 +1,20 @@
+"""Prefill & Decode: the course's Python package.
+
+Modules, one job each: hardware (spec sheets), models (shapes), roofline (napkin math),
+device and timing (where and how to measure), llama (the model), tokenizer, generate,
+profile and bench (measurements), serving (a scheduler simulator), plots, feedback (grading).
+"""
+
+from utils.hardware import HARDWARE, Hardware, get_hardware
+from utils.models import MODELS, ModelShape, dense_model, get_model
+
+__all__ = ["HARDWARE", "MODELS", "Hardware", "ModelShape", "dense_model", "get_hardware",
+           "get_model", "load_model"]
+
+
+def __getattr__(name: str):  # load_model pulls in torch; import it only when asked
+    if name == "load_model":
+        from utils.loading import load_model
+
+        return load_model
+    raise AttributeError(f"module 'utils' has no attribute {name!r}")
