@@ -41,7 +41,8 @@ book: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check utils tests
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	# Unit and integration tests, then every notebook of the chapters and solutions (nbmake).
+	$(BIN)/python -m pytest tests chapters solutions --nbmake --nbmake-timeout=300 $(PYTEST_ARGS)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab
