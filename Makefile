@@ -40,7 +40,7 @@ book: $(STAMP)
 	@echo "Open $(abspath _build/html/index.html)"
 
 test: $(STAMP)
-	$(BIN)/ruff check utils tests
+	$(BIN)/ruff check utils tests _ext
 	# Unit and integration tests, then every notebook of the chapters and solutions (nbmake).
 	$(BIN)/python -m pytest tests chapters solutions --nbmake --nbmake-timeout=300 $(PYTEST_ARGS)
 
@@ -48,7 +48,16 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab
 
 lint: $(STAMP)
-	$(BIN)/ruff check utils tests
+	$(BIN)/ruff check utils tests _ext
+
+# Student versions (exercises/) from the nbgrader source notebooks (solutions/ps*/); commit both.
+assignments: $(STAMP)
+	$(BIN)/nbgrader generate_assignment 'ps*' --force
+	@echo "Student versions written to $(abspath exercises)"
+
+# The grading pipeline on a sample class made of the test fixtures, in grading/demo/.
+grade: $(STAMP)
+	$(BIN)/python -m utils.grading demo --jobs 2
 
 clean:
 	rm -rf _build grading .pytest_cache
