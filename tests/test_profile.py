@@ -1,0 +1,269 @@
+"""Microbenchmarks, sweeps, the profile command line and the benchmarks: sanity and consistency.
+
+No timing thresholds: speeds depend on the machine and its neighbours. The tests check how each
+number is computed (against hand calculations), that repeated readings agree within a loose
+factor, and the physics every machine shows (a longer prompt takes longer to prefill; decode at
+batch 4 costs far less than 4 steps at batch 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+from utils import roofline
+from utils.bench import bench_decode, decode_bytes, format_decode
+from utils.bench import main as bench_main
+from utils.hardware import Hardware, get_hardware
+from utils.profile import (
+    RESULT_KEYS,
+    SWEEPS,
+    TINY_MODEL,
+    Sweep,
+    check_fits,
+    measure_bandwidth,
+    measure_hardware,
+    measure_matmul_flops,
+    resolve_dtype,
+    run_profile,
+    time_decode,
+    tpot_vs_batch_size,
+    ttft_vs_prompt_length,
+)
+from utils.profile import main as profile_main
+from utils.timing import median
+
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def hw() -> Hardware:
+    return measure_hardware("cpu")
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    """SmolLM2-135M's shape with random weights: the same speed as the real model, no file."""
+    from utils.loading import load_model
+
+    model, _ = load_model("smollm2-135m", "cpu", "fp32", weights="random")
+    return model
+
+
+@pytest.fixture
+def one_thread():
+    """Compare timings on one CPU thread: on a machine shared with other jobs, a multi-threaded
+    step can stall for milliseconds whenever one of its threads is not scheduled, while a
+    single thread only slows down in proportion. The physics checked here holds either way."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def within(a: float, b: float, factor: float) -> bool:
+    return 1 / factor < a / b < factor
+
+
+# ---- the device's own roofline ------------------------------------------------------------------
+
+def test_bandwidth_counts_bytes_and_is_stable(one_thread) -> None:
+    first = measure_bandwidth("cpu", buffer_bytes=128 * MiB, repeats=3)
+    second = measure_bandwidth("cpu", buffer_bytes=128 * MiB, repeats=3)
+    for m in (first, second):
+        assert m.buffer_bytes == 128 * MiB
+        assert len(m.read_seconds) == len(m.copy_seconds) == 3
+        # each reading is the fastest of the read kernels
+        for i, best in enumerate(m.read_seconds):
+            assert best == min(times[i] for times in m.read_kernel_seconds.values())
+        # read: every byte once; copy: read once and written once
+        assert m.read_bytes_per_s == pytest.approx(128 * MiB / median(m.read_seconds))
+        assert m.copy_bytes_per_s == pytest.approx(2 * 128 * MiB / median(m.copy_seconds))
+        assert m.read_bytes_per_s > 0 and m.copy_bytes_per_s > 0
+        assert m.meta["device"] == "cpu" and m.meta["torch"] == torch.__version__
+    assert within(first.read_bytes_per_s, second.read_bytes_per_s, 3)
+    assert within(first.copy_bytes_per_s, second.copy_bytes_per_s, 3)
+
+
+def test_bandwidth_rejects_tiny_and_huge_buffers() -> None:
+    with pytest.raises(ValueError, match="too small"):
+        measure_bandwidth("cpu", buffer_bytes=1000)
+    with pytest.raises(ValueError, match="does not fit"):
+        measure_bandwidth("cpu", buffer_bytes=2**50)
+
+
+def test_matmul_flops_counts_2n3_and_is_stable(one_thread) -> None:
+    runs = [measure_matmul_flops("cpu", "fp32", n=768, repeats=5) for _ in range(2)]
+    for m in runs:
+        assert m.n == 768 and m.dtype == "fp32" and len(m.seconds) == 5
+        assert m.flops == 2 * 768**3
+        assert m.flops_per_s == pytest.approx(2 * 768**3 / median(m.seconds))
+    assert within(runs[0].flops_per_s, runs[1].flops_per_s, 3)
+
+
+def test_measured_hardware_feeds_the_roofline(hw: Hardware) -> None:
+    assert hw.kind == "measured" and hw.bandwidth > 0 and hw.dense_flops["fp32"] > 0
+    assert measure_hardware("cpu") is hw  # cached per process
+    assert get_hardware("cpu") is hw
+    assert hw.memory_bytes > 1e9
+    # decode of SmolLM2-135M at batch 1 is memory-bound: its bound is weight bytes / bandwidth
+    cost = roofline.decode_cost("smollm2-135m", hw, "fp32")
+    assert cost.bound == "memory"
+    assert cost.seconds == pytest.approx(134_515_008 * 4 / hw.bandwidth, rel=1e-3)
+
+
+# ---- bad input: clear messages before work ------------------------------------------------------
+
+def test_low_precision_without_native_support_falls_back_to_fp32(monkeypatch) -> None:
+    import utils.profile as profile
+
+    monkeypatch.setattr(profile, "native_low_precision", lambda device, dtype: False)
+    with pytest.warns(RuntimeWarning, match="no native support.*fp32 instead"):
+        assert resolve_dtype("cpu", "bf16") == torch.float32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_dtype("cpu", "bf16", force=True) == torch.bfloat16
+        assert resolve_dtype("cpu", "fp32") == torch.float32
+    with pytest.raises(ValueError, match="choose one of fp32, bf16, fp16"):
+        resolve_dtype("cpu", "fp64")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_without_gpu_fails_before_any_work(tmp_path, capsys) -> None:
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        run_profile(device="cuda")
+    out = tmp_path / "r.json"
+    assert profile_main(["--device", "cuda", "--out", str(out)]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().err and not out.exists()
+
+
+def test_model_too_big_is_refused_before_loading(capsys) -> None:
+    with pytest.raises(ValueError, match=r"llama-3-70b in fp32 needs 2\d\d\.\d\d GB"):
+        check_fits("llama-3-70b", "cpu", "fp32")
+    assert check_fits("smollm2-135m", "cpu", "fp32") == pytest.approx(134_515_008 * 4)
+    with pytest.raises(ValueError, match="available"):
+        bench_decode("llama-3-70b", "cpu", "fp32", weights="random")
+    assert bench_main(["decode", "--model", "llama-3-70b", "--weights", "random"]) == 2
+    assert "needs" in capsys.readouterr().err
+
+
+# ---- sweeps on the model ------------------------------------------------------------------------
+
+def test_ttft_grows_with_prompt_length(smollm, hw: Hardware, one_thread) -> None:
+    sweep = ttft_vs_prompt_length(smollm, (16, 256), repeats=3, hardware=hw)
+    short, long = sweep.records
+    assert (short["prompt_tokens"], long["prompt_tokens"]) == (16, 256)
+    assert short["seconds"] == median(short["samples"]) and len(short["samples"]) == 3
+    assert min(long["samples"]) > min(short["samples"])  # the fastest runs: least disturbed
+    assert long["predicted_seconds"] > short["predicted_seconds"]
+    assert long["predicted_seconds"] == pytest.approx(
+        roofline.prefill_seconds("smollm2-135m", hw, "fp32", 256))
+    assert long["flops"] == pytest.approx(roofline.forward_flops("smollm2-135m", 256))
+    assert sweep.column("prompt_tokens") == [16, 256]
+    assert sweep.meta["dtype"] == "fp32" and sweep.meta["model"] == "smollm2-135m"
+    json.dumps(sweep.to_dict())  # plain data
+
+
+def test_decode_at_batch_4_costs_far_less_than_4_steps(smollm, hw: Hardware, one_thread) -> None:
+    sweep = tpot_vs_batch_size(smollm, (1, 4), context=32, steps=5, hardware=hw)
+    one, four = sweep.records
+    # memory-bound: the weights are read once for all 4 rows
+    assert min(four["samples"]) < 2.5 * min(one["samples"])
+    assert four["tokens_per_s"] == pytest.approx(4 / four["seconds"])
+    assert one["bound"] == four["bound"] == "memory"
+    # hand count: weights + (32 + 1) cached positions x 2 x 30 layers x 192 x 4 bytes, per row
+    assert four["bytes"] == pytest.approx(134_515_008 * 4 + 4 * 33 * 2 * 30 * 192 * 4)
+
+
+def test_time_decode_without_cache_recomputes_the_sequence(smollm, one_thread) -> None:
+    cached = time_decode(smollm, 1, 128, steps=3, warmup=1)
+    recomputed = time_decode(smollm, 1, 128, steps=3, warmup=1, use_cache=False)
+    assert len(cached) == len(recomputed) == 3
+    assert min(recomputed) > min(cached)  # 129 tokens through the model vs 1
+
+
+# ---- the command lines --------------------------------------------------------------------------
+
+def test_profile_cli_writes_the_documented_json(tmp_path, root) -> None:
+    out = tmp_path / "results.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # robust on a shared machine; same code path
+    proc = subprocess.run([sys.executable, "-m", "utils.profile", "--tiny", "--no-progress",
+                           "--device", "cpu", "--out", str(out)],
+                          cwd=root, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "GB/s" in proc.stdout and str(out) in proc.stdout
+    data = json.loads(out.read_text())
+    assert tuple(data) == RESULT_KEYS
+    assert data["device"]["device"] == "cpu" and data["dtype"] == "fp32"
+    assert data["hardware"]["kind"] == "measured" and data["hardware"]["bandwidth"] > 0
+    assert data["hardware"]["bandwidth"] == data["bandwidth"]["read_bytes_per_s"]
+    assert data["matmul"]["flops_per_s"] == data["hardware"]["dense_flops"]["fp32"]
+    assert data["model"]["name"] == TINY_MODEL.name
+    assert set(data["sweeps"]) == set(SWEEPS)
+    for name, sweep in data["sweeps"].items():
+        assert sweep["name"] == name and sweep["records"], name
+        for rec in sweep["records"]:
+            assert rec[sweep["x"]] is not None
+            assert rec["seconds"] > 0 and rec["predicted_seconds"] > 0
+            assert len(rec["samples"]) >= 1
+    # the file reads back as results/README.md shows
+    assert Hardware(**data["hardware"]).kind == "measured"
+    ttft = Sweep(**data["sweeps"]["ttft_vs_prompt_length"])
+    assert ttft.column("prompt_tokens") == [8, 64]
+
+
+def test_sweep_plot_shows_measured_and_predicted() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    sweep = Sweep("tpot_vs_batch_size", "batch",
+                  [{"batch": b, "seconds": 0.01 * b, "predicted_seconds": 0.008} for b in (1, 2)])
+    ax = sweep.plot()
+    measured, predicted = ax.get_lines()
+    assert list(measured.get_ydata()) == pytest.approx([10.0, 20.0])  # milliseconds
+    assert list(predicted.get_ydata()) == pytest.approx([8.0, 8.0])
+    assert ax.get_xlabel() == "batch" and "ms" in ax.get_ylabel()
+
+
+def test_bench_usage_and_unknown_benchmark(capsys) -> None:
+    assert bench_main([]) == 2
+    assert "usage: python -m utils.bench {decode,prefill}" in capsys.readouterr().err
+    assert bench_main(["fastest"]) == 2
+    assert "unknown benchmark 'fastest': choose one of decode, prefill" in capsys.readouterr().err
+
+
+def test_decode_bytes_by_hand(smollm) -> None:
+    # 134,515,008 parameters x 4 bytes (the tied 49152 x 576 table once) + 129 cached positions
+    # x (K and V) x 30 layers x (3 KV heads x 64) x 4 bytes
+    assert decode_bytes(smollm, 128) == 538_060_032 + 129 * 2 * 30 * 192 * 4
+
+
+def test_decode_bytes_count_one_row_of_an_untied_embedding() -> None:
+    from types import SimpleNamespace
+
+    from utils.models import get_model
+
+    llama = SimpleNamespace(config=get_model("llama-3-8b"),
+                            output=SimpleNamespace(weight=torch.empty(0, dtype=torch.bfloat16)))
+    n = get_model("llama-3-8b").n_params
+    table = 128256 * 4096
+    assert decode_bytes(llama, 0) == 2 * (n - table + 4096) + 1 * 2 * 32 * 1024 * 2
+
+
+def test_bench_decode_reports_pairwise_ratios() -> None:
+    r = bench_decode(TINY_MODEL, "cpu", "fp32", weights="random", context=8, pairs=3, steps=2,
+                     reads=1, buffer_bytes=64 * MiB)
+    assert len(r.pair_ratios) == len(r.limit_samples) == len(r.model_samples) == 3
+    for ratio, a, b in zip(r.pair_ratios, r.limit_samples, r.model_samples):
+        assert ratio == pytest.approx((r.work / b) / (64 * MiB / a))
+    assert r.ratio == pytest.approx(median(r.pair_ratios))
+    last = format_decode(r).splitlines()[-1]
+    assert re.fullmatch(r"decode: \d+\.\d\d of measured memory bandwidth \(\d+\.\d GB/s of "
+                        r"\d+\.\d GB/s\), \d+\.\d tokens/s", last), last
