@@ -36,3 +36,16 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     html = out / "_build" / "html"
     assert (html / "index.html").exists(), "the build wrote no index.html"
     return html
+
+
+@pytest.fixture(scope="session")
+def site_html(request: pytest.FixtureRequest) -> Path:
+    """The built site the site tests check: `built_book`, or the folder named by the
+    COURSE_SITE_HTML environment variable (e.g. _build/html after `make book`), which skips
+    the build when iterating on the site."""
+    prebuilt = os.environ.get("COURSE_SITE_HTML")
+    if prebuilt:
+        html = Path(prebuilt).resolve()
+        assert (html / "index.html").exists(), f"COURSE_SITE_HTML={prebuilt} has no index.html"
+        return html
+    return request.getfixturevalue("built_book")
