@@ -186,7 +186,7 @@ _BLOCK = 32  # numbers per quantization block
 
 def _as_byte_tensor(raw: np.ndarray) -> torch.Tensor:
     # the memory map is read-only and torch wants writable memory: copy (98 MB in all, fast)
-    return torch.from_numpy(np.array(raw, dtype=np.uint8, copy=True))
+    return torch.from_numpy(np.array(raw, copy=True).view(np.uint8).reshape(-1))
 
 
 def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> torch.Tensor:
@@ -194,9 +194,9 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> torch
     `gguf.quants.dequantize`, which is checked bit for bit in the tests, but multi-threaded).
     Types other than F32, F16, Q8_0 and Q4_1 go through `gguf.quants.dequantize`."""
     if ggml_type == _F32:
-        return torch.from_numpy(np.ascontiguousarray(raw, dtype=np.float32)).reshape(shape)
+        return _as_byte_tensor(raw).view(torch.float32).reshape(shape)
     if ggml_type == _F16:
-        return torch.from_numpy(np.ascontiguousarray(raw).view(np.float16)).float().reshape(shape)
+        return _as_byte_tensor(raw).view(torch.float16).float().reshape(shape)
     if ggml_type == _Q8_0:  # block: fp16 scale d, 32 int8 codes q; x = d * q
         blocks = _as_byte_tensor(raw).reshape(-1, 2 + _BLOCK)
         d = blocks[:, :2].contiguous().view(torch.float16).float()
