@@ -215,6 +215,45 @@ def max_batch_by_memory(model: Model | str, hw: Hardware | str, dtype: str, cont
     return int(free // per_seq)
 
 
+@dataclass(frozen=True)
+class RequestTimeline:
+    """One request's life on the roofline: its prefill step, then one step per further token."""
+
+    prefill: StepCost
+    decode: tuple[StepCost, ...]  # step j reads the prompt plus j generated tokens
+
+    @property
+    def ttft_seconds(self) -> float:
+        return self.prefill.seconds
+
+    @property
+    def decode_seconds(self) -> float:
+        return sum(s.seconds for s in self.decode)
+
+    @property
+    def total_seconds(self) -> float:
+        return self.ttft_seconds + self.decode_seconds
+
+    @property
+    def mean_tpot_seconds(self) -> float:
+        """Mean gap between output tokens after the first (0 for a one-token answer)."""
+        return self.decode_seconds / len(self.decode) if self.decode else 0.0
+
+
+def request_timeline(model: Model | str, hw: Hardware | str, dtype: str, prompt_tokens: int,
+                     output_tokens: int, batch: int = 1,
+                     compute_dtype: str | None = None) -> RequestTimeline:
+    """Lower-bound timeline of `batch` identical requests served together: one prefill step of
+    `prompt_tokens` each (it yields the first output token), then `output_tokens - 1` decode
+    steps, the j-th reading a KV cache of prompt_tokens + j tokens per sequence."""
+    _positive("output_tokens", output_tokens)
+    kw = {"compute_dtype": compute_dtype}
+    pre = prefill_cost(model, hw, dtype, prompt_tokens, batch, **kw)
+    steps = tuple(decode_cost(model, hw, dtype, batch, prompt_tokens + j, **kw)
+                  for j in range(output_tokens - 1))
+    return RequestTimeline(pre, steps)
+
+
 # ---- one request, as a table --------------------------------------------------------------
 
 def summary(model: Model | str, hw: Hardware | str, dtype: str = "bf16", prompt_tokens: int = 1000,
