@@ -47,7 +47,7 @@ from utils.profile import (
 )
 from utils.timing import Stopwatch, median
 
-BENCHMARKS = ("decode", "prefill")
+BENCHMARKS = ("decode", "prefill", "serving")
 
 
 @dataclass
@@ -300,10 +300,11 @@ def format_prefill(r: BenchResult) -> str:
     return "\n".join(lines)
 
 
-USAGE = """usage: python -m utils.bench {decode,prefill} [options]
+USAGE = """usage: python -m utils.bench {decode,prefill,serving} [options]
 
   decode    batch-1 decode step vs measured memory read bandwidth (bytes per step / step time)
   prefill   512-token prefill vs measured GEMM FLOP/s (FLOP per prefill / prefill time)
+  serving   seconds to simulate 10,000 requests per scheduling policy (utils.serving)
 
 options: --device cpu|cuda  --dtype fp32|bf16|fp16  --model NAME  --weights random
          --pairs N  --context N (decode)  --steps N (decode)  --mode eager|compile|cuda_graph
@@ -327,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m utils.bench: error: unknown benchmark {which!r}: choose one of "
               f"{', '.join(BENCHMARKS)}", file=sys.stderr)
         return 2
+    if which == "serving":
+        from utils.serving import main as serving_main
+
+        return serving_main(["--bench", *args[1:]])
     p = _Parser(prog=f"python -m utils.bench {which}")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
