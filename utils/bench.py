@@ -106,7 +106,7 @@ def decode_bytes(model: Any, context: int, batch: int = 1, kv_slots: int | None 
     return weights + batch * slots * roofline.kv_cache_bytes_per_token(shape, dt)
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the KV cache it allocates must stay usable by generate()
 def bench_decode(model: Any = "smollm2-135m", device: str | None = None, dtype: str | None = None,
                  *, context: int = 128, pairs: int = 15, steps: int = 5, reads: int = 2,
                  mode: str = "eager", buffer_bytes: int | None = None, force: bool = False,
@@ -182,7 +182,7 @@ def bench_decode(model: Any = "smollm2-135m", device: str | None = None, dtype: 
                        describe(dev, torch_dtype))
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the KV cache it allocates must stay usable by generate()
 def bench_prefill(model: Any = "smollm2-135m", device: str | None = None, dtype: str | None = None,
                   *, prompt_tokens: int = 512, pairs: int = 5, gemm_n: int | None = None,
                   force: bool = False, weights: str | None = None,

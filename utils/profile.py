@@ -395,7 +395,7 @@ def random_tokens(model: Any, batch: int, length: int, seed: int = 0) -> torch.T
     return ids.to(model_device(model))
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the KV cache it allocates must stay usable by generate()
 def time_prefill(model: Any, prompt_tokens: int, batch: int = 1, *, repeats: int = 3,
                  warmup: int = 1, use_cache: bool = True) -> list[float]:
     """Seconds of each of `repeats` prefills of `batch` random prompts of `prompt_tokens` tokens:
@@ -420,7 +420,7 @@ def time_prefill(model: Any, prompt_tokens: int, batch: int = 1, *, repeats: int
     return times
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: the KV cache it allocates must stay usable by generate()
 def time_decode(model: Any, batch: int = 1, context: int = 0, *, steps: int = 8, warmup: int = 2,
                 use_cache: bool = True, mode: str = "eager") -> list[float]:
     """Seconds of each of `steps` decode steps (TPOT) for `batch` sequences whose KV cache holds

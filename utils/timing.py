@@ -55,6 +55,6 @@ def time_fn(fn: Callable[[], object], *, device: str | torch.device = "cpu", war
 
 def median(values: Sequence[float]) -> float:
     """Median of a non-empty sequence of measurements."""
-    if not values:
+    if len(values) == 0:
         raise ValueError("median of no measurements")
     return float(statistics.median(values))
