@@ -61,10 +61,14 @@ def smollm():
 def one_thread():
     """Compare timings on one CPU thread: on a machine shared with other jobs, a multi-threaded
     step can stall for milliseconds whenever one of its threads is not scheduled, while a
-    single thread only slows down in proportion. The physics checked here holds either way."""
+    single thread only slows down in proportion. The physics checked here holds either way.
+    numpy's BLAS (the fp32 CPU decode path of utils.llama.linear) gets one thread too."""
+    from threadpoolctl import threadpool_limits
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with threadpool_limits(limits=1):
+        yield
     torch.set_num_threads(before)
 
 
