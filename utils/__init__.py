@@ -1,8 +1,10 @@
 """Prefill & Decode: the course's Python package.
 
 Modules, one job each: hardware (spec sheets), models (shapes), roofline (napkin math),
-device and timing (where and how to measure), llama (the model), tokenizer, generate,
-profile and bench (measurements), serving (a scheduler simulator), plots, feedback (grading).
+device and timing (where and how to measure), llama (the model), gguf_weights and loading
+(weights in), tokenizer, generate, chat (CLI), profile and bench (measurements), serving and
+serving_plots (a scheduler simulator), plots and widgets (figures, interactive controls),
+feedback and grading (graded exercises), notebook_setup (the notebooks' first cell).
 """
 
 from utils.hardware import HARDWARE, Hardware, get_hardware
