@@ -42,7 +42,7 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check utils tests _ext
 	# Unit and integration tests, then every notebook of the chapters and solutions (nbmake).
-	$(BIN)/python -m pytest tests chapters solutions --nbmake --nbmake-timeout=300 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests chapters solutions --nbmake --nbmake-timeout=300 --durations=15 $(PYTEST_ARGS)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab
