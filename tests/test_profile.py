@@ -239,7 +239,7 @@ def test_sweep_plot_shows_measured_and_predicted() -> None:
 
 def test_bench_usage_and_unknown_benchmark(capsys) -> None:
     assert bench_main([]) == 2
-    assert "usage: python -m utils.bench {decode,prefill}" in capsys.readouterr().err
+    assert "usage: python -m utils.bench {decode,prefill,serving}" in capsys.readouterr().err
     assert bench_main(["fastest"]) == 2
     assert "unknown benchmark 'fastest': choose one of decode, prefill" in capsys.readouterr().err
 
@@ -272,3 +272,9 @@ def test_bench_decode_reports_pairwise_ratios() -> None:
     last = format_decode(r).splitlines()[-1]
     assert re.fullmatch(r"decode: \d+\.\d\d of measured memory bandwidth \(\d+\.\d GB/s of "
                         r"\d+\.\d GB/s\), \d+\.\d tokens/s", last), last
+
+
+def test_bench_serving_dispatches_to_the_simulator(capsys) -> None:
+    assert bench_main(["serving"]) == 0
+    out = capsys.readouterr().out
+    assert "10000 requests" in out and "continuous" in out and "disaggregated" in out
