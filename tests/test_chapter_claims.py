@@ -41,27 +41,17 @@ def course_model():
     return model, tokenizer
 
 
-@torch.no_grad()
-def greedy_without_cache(model, prompt_ids: list[int], n_new: int) -> list[int]:
-    """The slow way: every step recomputes the whole sequence; the KV cache is never touched."""
-    ids = torch.tensor([prompt_ids])
-    for _ in range(n_new):
-        next_id = model(ids)[:, -1].argmax(dim=-1, keepdim=True)
-        ids = torch.cat([ids, next_id], dim=1)
-    return ids[0, len(prompt_ids):].tolist()
-
-
 # ---- chapter 4: the KV cache -------------------------------------------------------------------
 
 
 def test_cache_on_and_off_generate_the_same_tokens(course_model):
-    from utils.generate import generate
+    from utils.generate import generate, generate_without_cache
 
     model, tokenizer = course_model
     prompt = tokenizer.encode("The history of the printing press begins")
     cached = generate(model, tokenizer, prompt, max_new_tokens=12, stop_ids=[])
     assert len(cached.token_ids) == 12
-    assert cached.token_ids == greedy_without_cache(model, prompt, 12)
+    assert cached.token_ids == generate_without_cache(model, prompt, 12)[0]
 
 
 @torch.no_grad()

@@ -60,3 +60,12 @@ def test_time_fn_runs_warmup_and_repeats() -> None:
         time_fn(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="no measurements"):
         median([])
+
+
+def test_on_chip_bytes_on_this_cpu_is_kilobytes_to_a_gigabyte() -> None:
+    import math
+
+    from utils.device import on_chip_bytes
+
+    counter = on_chip_bytes("cpu")
+    assert math.isnan(counter) or 1e4 < counter < 1e9

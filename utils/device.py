@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 
 import torch
 
@@ -101,3 +102,23 @@ def start_notebook(seed: int = 0, device: str | None = None) -> tuple[torch.devi
         print("No GPU found: that is fine, everything runs on the CPU. "
               "On Colab, Runtime > Change runtime type > T4 GPU gives you one.")
     return dev, dtype
+
+
+def on_chip_bytes(device: str | torch.device) -> float:
+    """The "counter": on-chip memory in bytes. GPU: L2 + shared memory of all SMs. CPU: every
+    distinct data or unified cache (Linux sysfs only, else nan)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        shared = getattr(p, "shared_memory_per_multiprocessor", 0) * p.multi_processor_count
+        return float(p.L2_cache_size + shared)
+    caches = {}
+    for index in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            kind, level, size, shared = ((index / f).read_text().strip()
+                                         for f in ("type", "level", "size", "shared_cpu_list"))
+        except OSError:
+            continue
+        if kind != "Instruction":
+            caches[(level, shared)] = int(size.rstrip("K")) * 1024
+    return float(sum(caches.values())) if caches else float("nan")

@@ -163,6 +163,22 @@ def _ensure_cache(model: Transformer, batch_size: int, length: int) -> None:
 
 
 @torch.no_grad()
+def generate_without_cache(model: Transformer, prompt_ids: Sequence[int],
+                           max_new_tokens: int) -> tuple[list[int], list[float]]:
+    """Greedy generation the slow way: every step recomputes the whole sequence and never touches
+    the KV cache. Returns the new token ids and the seconds each step took (synchronised)."""
+    device = model.output.weight.device
+    ids = torch.tensor([list(prompt_ids)], device=device)
+    seconds = []
+    for _ in range(max_new_tokens):
+        with Stopwatch(device) as sw:
+            next_id = model(ids)[:, -1].argmax(dim=-1, keepdim=True)
+        seconds.append(sw.seconds)
+        ids = torch.cat([ids, next_id], dim=1)
+    return ids[0, len(prompt_ids):].tolist(), seconds
+
+
+@torch.no_grad()
 def generate_batch(model: Transformer, tokenizer: Tokenizer | None,
                    prompts: Sequence[Sequence[int]], max_new_tokens: int = 64,
                    temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,

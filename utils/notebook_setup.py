@@ -43,3 +43,13 @@ def setup_cell(config_path: str | Path | None = None) -> str:
     """The setup cell's source for the repository configured in `_config.yml`."""
     url, branch = repository(config_path)
     return SETUP_CELL_TEMPLATE.format(repo=url, branch=branch)
+
+
+def glue(name: str, value: object, display: bool = True) -> None:
+    """Hand a computed value or figure to the chapter's prose page (MyST-NB's glue) when the book
+    is built; anywhere without myst_nb (e.g. Colab) it does nothing."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return
+    myst_glue(name, value, display=display)
