@@ -161,3 +161,19 @@ def test_transformer_param_count_matches_the_model_table(smol):
     model, _ = smol
     assert sum(p.numel() for p in model.parameters()) == model.config.n_params
     assert isinstance(model, Transformer)
+
+
+def test_gradients_reach_every_weight_on_the_decode_path():
+    """The fast CPU path for few rows runs in numpy, which has no autograd: with gradients on it
+    must step aside, or training a tiny model would silently leave the matrices untouched."""
+    model = Transformer(TINY)
+    model.init_random(seed=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # the condition under which decode takes the numpy path
+    try:
+        loss = model(torch.tensor([[1, 2, 3]]))[:, -1].logsumexp(-1).sum()
+        loss.backward()
+    finally:
+        torch.set_num_threads(before)
+    for name, param in model.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, name

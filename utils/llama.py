@@ -43,8 +43,9 @@ def linear(x: Tensor, weight: Tensor) -> Tensor:
     if (not torch.compiler.is_compiling()  # first: torch.compile cannot trace the rest
             and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype == torch.float32 and 0 < rows <= MAX_BLAS_ROWS
-            and torch.get_num_threads() == 1):
-        w = weight.detach().numpy()
+            and torch.get_num_threads() == 1
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
+        w = weight.detach().numpy()  # numpy has no autograd: only where none is needed
         x2 = x.detach().reshape(rows, -1).numpy()
         y = w @ x2[0] if rows == 1 else x2 @ w.T
         return torch.from_numpy(y).view(*x.shape[:-1], weight.shape[0])
@@ -70,9 +71,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        x32 = x.float()
-        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return normed.type_as(x) * self.weight
+        # F.rms_norm is the same formula as one operation (without self.weight, which Llama
+        # applies after casting back to x's dtype)
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).type_as(x) * self.weight
 
 
 def rope_tables(head_dim: int, max_len: int, base: float, device=None,
@@ -107,6 +108,10 @@ class KVCache(nn.Module):
 
     def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> None:
         """Write k, v (B, kv_heads, T, head_dim) of row b, token t into slot input_pos[b, t]."""
+        if k.shape[0] == 1:  # one row: a plain copy along the length axis, cheaper per step
+            self.k_cache[:1].index_copy_(2, input_pos[0], k)
+            self.v_cache[:1].index_copy_(2, input_pos[0], v)
+            return
         rows = torch.arange(k.shape[0], device=k.device).unsqueeze(1)  # (B, 1)
         # cache[rows, :, pos] indexes a (B, T, kv_heads, head_dim) block
         self.k_cache[rows, :, input_pos] = k.transpose(1, 2)
