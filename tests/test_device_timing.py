@@ -7,7 +7,15 @@ import time
 import pytest
 import torch
 
-from utils.device import default_dtype, describe, dtype_name, pick_device, start_notebook, to_torch_dtype
+from utils.device import (
+    default_dtype,
+    describe,
+    device_name,
+    dtype_name,
+    pick_device,
+    start_notebook,
+    to_torch_dtype,
+)
 from utils.timing import Stopwatch, median, time_fn
 
 
@@ -34,6 +42,16 @@ def test_bad_device_and_dtype_names() -> None:
 def test_describe_records_versions() -> None:
     info = describe("cpu", torch.float32)
     assert info["device"] == "cpu" and info["dtype"] == "fp32" and info["torch"] == torch.__version__
+    assert info["cpu_cores"] >= 1 and info["machine"]
+
+
+def test_cpu_name_comes_from_cpuinfo(tmp_path) -> None:
+    (tmp_path / "x86").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n"
+                                  "model name\t: AMD EPYC 7R13 Processor\nflags\t: avx2\n")
+    assert device_name("cpu", tmp_path / "x86") == "AMD EPYC 7R13 Processor"
+    (tmp_path / "arm").write_text("processor\t: 0\nBogoMIPS\t: 48.00\n\nModel\t: Raspberry Pi 5\n")
+    assert device_name("cpu", tmp_path / "arm") == "Raspberry Pi 5"
+    assert device_name("cpu", tmp_path / "missing")  # falls back to the platform's name
 
 
 def test_start_notebook_seeds_and_reports(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
 
@@ -63,10 +64,18 @@ def synchronize(device: str | torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def device_name(device: str | torch.device) -> str:
+def device_name(device: str | torch.device, cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The GPU's name, or the CPU's model name (Linux: /proc/cpuinfo), e.g. 'AMD EPYC'."""
     dev = torch.device(device)
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model") and value.strip():
+                return value.strip()
+    except OSError:  # not Linux
+        pass
     return platform.processor() or platform.machine() or "cpu"
 
 
@@ -80,6 +89,8 @@ def describe(device: str | torch.device, dtype: torch.dtype | None = None) -> di
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu_threads": torch.get_num_threads(),
+        "cpu_cores": os.cpu_count(),
+        "machine": platform.machine(),
     }
     if dev.type == "cuda":
         info["cuda"] = torch.version.cuda

@@ -890,9 +890,10 @@ def _has_real_weights() -> bool:
 
 
 def default_results_name(device: str | torch.device | None = None) -> str:
-    """results/<device>-<date>.json, the name reference result files use."""
+    """results/<device>-<date>.json, the name reference result files use: the GPU's name, or
+    'cpu-' and the CPU's model name."""
     dev = pick_device(device)
-    label = device_name(dev) if dev.type == "cuda" else "cpu"
+    label = device_name(dev) if dev.type == "cuda" else f"cpu {device_name(dev)}"
     slug = "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")
     while "--" in slug:
         slug = slug.replace("--", "-")
