@@ -23,6 +23,7 @@ from utils.bench import bench_decode, decode_bytes, format_decode
 from utils.bench import main as bench_main
 from utils.hardware import Hardware, get_hardware
 from utils.profile import (
+    READ_KERNELS,
     RESULT_KEYS,
     SWEEPS,
     TINY_MODEL,
@@ -31,6 +32,7 @@ from utils.profile import (
     measure_bandwidth,
     measure_hardware,
     measure_matmul_flops,
+    read_buffer,
     resolve_dtype,
     run_profile,
     time_decode,
@@ -94,6 +96,24 @@ def test_bandwidth_counts_bytes_and_is_stable(one_thread) -> None:
         assert m.meta["device"] == "cpu" and m.meta["torch"] == torch.__version__
     assert within(first.read_bytes_per_s, second.read_bytes_per_s, 3)
     assert within(first.copy_bytes_per_s, second.copy_bytes_per_s, 3)
+
+
+def test_every_read_kernel_reads_every_element() -> None:
+    # a buffer of ones with one 7 planted in the last element: each kernel's answer shows it
+    # touched all 4096 x 1024 elements, the tail included
+    buf = read_buffer("cpu", 16 * MiB)
+    buf[-1] = 7.0
+    n = buf.numel()
+    expect = {"sum": n + 6.0, "amax": 7.0, "dot": n + 48.0}
+    assert set(READ_KERNELS) == {"sum", "amax", "dot", "gemv"}
+    for name, kernel in READ_KERNELS.items():
+        out = kernel(buf)
+        if name == "gemv":  # one sum of 1024 elements per row
+            rows = torch.as_tensor(out)
+            assert rows.shape == (n // 1024,) and float(rows[:-1].min()) == float(rows[:-1].max()) == 1024
+            assert float(rows[-1]) == 1024 + 6
+        else:
+            assert float(out) == expect[name], name
 
 
 def test_bandwidth_rejects_tiny_and_huge_buffers() -> None:

@@ -118,9 +118,10 @@ def bench_decode(model: Any = "smollm2-135m", device: str | None = None, dtype: 
     read kernels of utils.profile.READ_KERNELS), then the median of `steps` decode
     steps at the same position (`context` tokens cached; the same step each time). mode "eager",
     "compile" or "cuda_graph" (utils.generate.make_decode_step); the last two read all cache
-    slots, so the cache is sized to exactly context + 1 slots for them. threads: CPU threads for
-    the decode steps only (default: what utils.generate uses for decode); the bandwidth is always
-    read with all of PyTorch's threads.
+    slots, so the cache is sized to exactly context + 1 slots for them. threads: PyTorch's CPU
+    threads for the decode steps (default: what utils.generate uses for decode). The buffer is
+    read with the decode's default thread setting, so neither reading finds the other thread
+    pool still spinning (utils.profile.settle); numpy's BLAS uses every core in both.
     """
     dev = pick_device(device)
     torch_dtype = resolve_dtype(dev, dtype, force)
@@ -150,10 +151,14 @@ def bench_decode(model: Any = "smollm2-135m", device: str | None = None, dtype: 
 
     all_threads = torch.get_num_threads()
     with decode_threads(dev, 1, mode):
-        model_threads = threads or torch.get_num_threads()
+        read_threads = torch.get_num_threads()
+        model_threads = threads or read_threads
 
     def limit() -> float:
-        return median([time_read(buf) for _ in range(reads)])
+        # with the decode's own threads: on a CPU, PyTorch's pool would otherwise still spin
+        # from a multi-threaded read while numpy's BLAS streams (see utils.profile.settle)
+        with decode_threads(dev, 1, mode):
+            return median([time_read(buf) for _ in range(reads)])
 
     def decode() -> float:
         with decode_threads(dev, 1, mode):  # as generate runs its decode steps
@@ -178,7 +183,8 @@ def bench_decode(model: Any = "smollm2-135m", device: str | None = None, dtype: 
                        {"model": model.config.name, "tied": model.config.tied_embeddings,
                         "context": context, "pairs": pairs,
                         "steps": steps, "reads": reads, "mode": mode, "buffer_bytes": buf_bytes,
-                        "threads": model_threads, "read_threads": all_threads},
+                        "threads": model_threads, "read_threads": read_threads,
+                        "cores": os.cpu_count()},
                        describe(dev, torch_dtype))
 
 
@@ -264,7 +270,7 @@ def format_decode(r: BenchResult) -> str:
     p = r.params
     lines = [
         f"model {p['model']}, batch 1, context {p['context']} tokens, {r.meta['dtype']} on "
-        f"{r.meta['device']} ({r.meta['device_name']}), {p['threads']} threads for decode "
+        f"{r.meta['device']} ({r.meta['device_name']}), {p['threads']} PyTorch threads for decode "
         f"({p['read_threads']} for the read), mode {p['mode']}",
         f"bytes per step: {r.work / 1e6:.1f} MB (every weight matrix once, "
         + ("the tied embedding/output table once" if p["tied"] else "one row of the input embedding")

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from utils import roofline
@@ -169,10 +170,22 @@ def read_buffer(device: str | torch.device, nbytes: int) -> torch.Tensor:
 #: Reductions that read every element of a 1-D fp32 buffer once. Which one streams fastest
 #: depends on the library build and the machine, so a reading takes the fastest of them: a slow
 #: reduction kernel must not pass for slow memory (which would flatter every ratio against it).
+def _gemv_read(buffer: torch.Tensor) -> object:
+    """The buffer as a (n / 1024, 1024) matrix times a vector: a decode step's kind of read. On
+    a CPU in fp32 through numpy's BLAS, the library utils.llama's decode path uses. Buffers from
+    read_buffer hold a multiple of 1024 elements, so every byte is read."""
+    rows = buffer.numel() // 1024
+    matrix = buffer[: rows * 1024].view(rows, 1024)
+    if buffer.device.type == "cpu" and buffer.dtype == torch.float32:
+        return matrix.numpy() @ np.ones(1024, dtype=np.float32)
+    return torch.mv(matrix, torch.ones(1024, dtype=buffer.dtype, device=buffer.device))
+
+
 READ_KERNELS: dict[str, Callable[[torch.Tensor], object]] = {
     "sum": lambda b: b.sum(),
     "amax": lambda b: b.amax(),
     "dot": lambda b: torch.dot(b, b),  # the same memory twice: each cache line is loaded once
+    "gemv": _gemv_read,
 }
 
 
@@ -186,6 +199,20 @@ def time_read(buffer: torch.Tensor, kernel: str = "best") -> float:
     with Stopwatch(buffer.device) as sw:
         READ_KERNELS[kernel](buffer)
     return sw.seconds
+
+
+#: Seconds to wait on a CPU when work passes from one thread pool to the other (PyTorch's
+#: OpenMP pool, numpy's BLAS pool). Each keeps its idle workers spinning after it finishes,
+#: and a read started while the other pool still spins gets part of a core: on the course's
+#: 2-core machine a read right after the other library's work measured 25-30 GB/s, one after
+#: a 0.1 s pause 38-41 GB/s.
+SETTLE_SECONDS = 0.1
+
+
+def settle(device: str | torch.device) -> None:
+    """Let the other thread pool's spinning workers go idle (CPU only; a no-op on a GPU)."""
+    if torch.device(device).type == "cpu":
+        time.sleep(SETTLE_SECONDS)
 
 
 def time_copy(src: torch.Tensor, dst: torch.Tensor) -> float:
@@ -219,7 +246,8 @@ def measure_bandwidth(device: str | torch.device = "cpu", *, buffer_bytes: int |
 
     Read: a reduction over an fp32 buffer of `buffer_bytes` (default: `default_buffer_bytes`),
     every byte read once, on all CPU threads or the whole GPU; each repeat runs every kernel of
-    READ_KERNELS and keeps the fastest. Copy: the buffer into a second one, 2 x buffer_bytes moved.
+    READ_KERNELS and keeps the fastest (on a CPU, numpy's gemv between pauses: see settle).
+    Copy: the buffer into a second one, 2 x buffer_bytes moved.
     """
     dev = pick_device(device)
     if repeats < 1 or warmup < 0:
@@ -240,7 +268,11 @@ def measure_bandwidth(device: str | torch.device = "cpu", *, buffer_bytes: int |
     reads, copies = [], []
     for _ in range(repeats):  # alternate, so a noisy moment hits both alike
         for k, times in kernels.items():
+            if k == "gemv":  # numpy's BLAS: after and before PyTorch's pool, let it settle
+                settle(dev)
             times.append(time_read(src, k))
+            if k == "gemv":
+                settle(dev)
         reads.append(min(times[-1] for times in kernels.values()))
         copies.append(time_copy(src, dst))
     del src, dst
