@@ -128,10 +128,10 @@ def test_hf_safetensors_directory_round_trip(smol, tmp_path):
     for i, layer in enumerate(model.layers):
         p = f"model.layers.{i}."
         q, k, v = layer.attention.wqkv.weight.split(layer.attention.split_sizes)
+        gate, up = layer.feed_forward.w13.weight.chunk(2)
         state |= {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
                   p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": layer.attention.wo.weight,
-                  p + "mlp.gate_proj.weight": layer.feed_forward.w1.weight,
-                  p + "mlp.up_proj.weight": layer.feed_forward.w3.weight,
+                  p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
                   p + "mlp.down_proj.weight": layer.feed_forward.w2.weight,
                   p + "input_layernorm.weight": layer.attention_norm.weight,
                   p + "post_attention_layernorm.weight": layer.ffn_norm.weight}

@@ -116,7 +116,7 @@ def test_random_init_lands_on_the_target_dtype_with_small_std():
     model, tok = load_model(TINY, device="cpu", dtype="bf16", weights="random")
     assert tok is None  # vocabulary of 50: not SmolLM2's tokenizer
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
-    w = model.layers[0].feed_forward.w1.weight.float()
+    w = model.layers[0].feed_forward.w13.weight.float()
     assert 0.015 < w.std().item() < 0.025
     assert model.output.weight is model.tok_embeddings.weight  # tied
     assert torch.equal(model.norm.weight.float(), torch.ones(32))
@@ -177,3 +177,25 @@ def test_gradients_reach_every_weight_on_the_decode_path():
         torch.set_num_threads(before)
     for name, param in model.named_parameters():
         assert param.grad is not None and param.grad.abs().sum() > 0, name
+
+
+def test_stacked_gate_and_up_projections_compute_swiglu_by_hand():
+    """utils.loading stacks the gate (w1) and up (w3) matrices into w13: the MLP must still be
+    w2(silu(w1 x) * w3 x), with the gate rows first."""
+    from utils.loading import fuse_projections
+
+    g = torch.Generator().manual_seed(0)
+    w1, w3, w2 = (torch.randn(64, 32, generator=g), torch.randn(64, 32, generator=g),
+                  torch.randn(32, 64, generator=g))
+    state = fuse_projections({"layers.0.feed_forward.w1.weight": w1,
+                              "layers.0.feed_forward.w3.weight": w3}, n_layers=1)
+    assert list(state) == ["layers.0.feed_forward.w13.weight"]
+    model = Transformer(TINY)
+    mlp = model.layers[0].feed_forward
+    with torch.no_grad():
+        mlp.w13.weight.copy_(state["layers.0.feed_forward.w13.weight"])
+        mlp.w2.weight.copy_(w2)
+        x = torch.randn(1, 3, 32, generator=g)
+        gate, up = x @ w1.T, x @ w3.T
+        expected = (gate * torch.sigmoid(gate) * up) @ w2.T
+        torch.testing.assert_close(mlp(x), expected, atol=1e-4, rtol=1e-4)

@@ -260,7 +260,7 @@ def _llama_name(gguf_name: str) -> str:
 def gguf_state_dict(contents: GGUFContents, config: ModelShape, device: torch.device | str = "cpu",
                     dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Dequantized weights named like `utils.llama.Transformer`'s parameters, with Q and K rows
-    back in Hugging Face order, on `device` in `dtype` (separate wq/wk/wv; the model fuses them)."""
+    back in Hugging Face order, on `device` in `dtype` (separate wq/wk/wv and w1/w3; utils.loading stacks them)."""
     state = {}
     for gguf_name, (raw, ggml_type, shape) in contents.tensors.items():
         name = _llama_name(gguf_name)

@@ -148,16 +148,18 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """SwiGLU MLP: w2(silu(w1 x) * w3 x); w1 is the gate, w3 the up projection, w2 the down."""
+    """SwiGLU MLP: w2(silu(gate x) * up x). The gate and up projections (w1 and w3 in Meta's
+    naming) are stacked in one matrix w13, as wqkv stacks q, k and v: in decode, one pass over
+    a 2 x d_ff-row matrix streams faster than two passes over half as many rows."""
 
     def __init__(self, config: ModelShape) -> None:
         super().__init__()
-        self.w1 = Linear(config.d_model, config.d_ff)
-        self.w3 = Linear(config.d_model, config.d_ff)
+        self.w13 = Linear(config.d_model, 2 * config.d_ff)  # gate rows, then up rows
         self.w2 = Linear(config.d_ff, config.d_model)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
 
 
 class TransformerBlock(nn.Module):

@@ -95,14 +95,14 @@ def load_model(name: str | ModelShape = GGUF_MODEL, device: str | torch.device |
 def build_model(config: ModelShape, device: torch.device | str, dtype: torch.dtype,
                 state_dict: dict[str, torch.Tensor] | None = None) -> Transformer:
     """A Transformer whose tensors live on `device` in `dtype`: taken from state_dict (names as in
-    utils.llama, separate wq/wk/wv allowed), or uninitialised memory if state_dict is None."""
+    utils.llama, separate wq/wk/wv and w1/w3 allowed), or uninitialised memory if state_dict is None."""
     with torch.device("meta"):
         model = Transformer(config)
     model.requires_grad_(False)
     if state_dict is None:
         model = model.to(dtype=dtype).to_empty(device=device)
     else:
-        state = fuse_qkv(state_dict, config.n_layers)
+        state = fuse_projections(state_dict, config.n_layers)
         if config.tied_embeddings:
             state.pop("output.weight", None)
         expected = set(model.state_dict()) - ({"output.weight"} if config.tied_embeddings else set())
@@ -120,14 +120,21 @@ def build_model(config: ModelShape, device: torch.device | str, dtype: torch.dty
     return model
 
 
-def fuse_qkv(state_dict: dict[str, torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
-    """Stack each layer's wq, wk, wv weights into the one wqkv projection utils.llama uses."""
+#: Stacked projections of utils.llama: fused name -> the separate weights it stacks, in order.
+FUSED = {"attention.wqkv": ("attention.wq", "attention.wk", "attention.wv"),
+         "feed_forward.w13": ("feed_forward.w1", "feed_forward.w3")}
+
+
+def fuse_projections(state_dict: dict[str, torch.Tensor], n_layers: int
+                     ) -> dict[str, torch.Tensor]:
+    """Stack each layer's wq, wk, wv into wqkv, and its gate w1 and up w3 into w13, as
+    utils.llama's model holds them. Weights already stacked pass through."""
     state = dict(state_dict)
     for i in range(n_layers):
-        prefix = f"layers.{i}.attention."
-        if prefix + "wq.weight" in state:
-            parts = [state.pop(prefix + f"w{x}.weight") for x in "qkv"]
-            state[prefix + "wqkv.weight"] = torch.cat(parts, dim=0)
+        for fused, parts in FUSED.items():
+            names = [f"layers.{i}.{part}.weight" for part in parts]
+            if all(name in state for name in names):
+                state[f"layers.{i}.{fused}.weight"] = torch.cat([state.pop(n) for n in names])
     return state
 
 
