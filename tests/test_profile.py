@@ -22,6 +22,7 @@ from utils import roofline
 from utils.bench import bench_decode, decode_bytes, format_decode
 from utils.bench import main as bench_main
 from utils.hardware import Hardware, get_hardware
+from utils.models import ModelShape
 from utils.profile import (
     READ_KERNELS,
     RESULT_KEYS,
@@ -238,6 +239,9 @@ def test_profile_cli_writes_the_documented_json(tmp_path, root) -> None:
             assert rec[sweep["x"]] is not None
             assert rec["seconds"] > 0 and rec["predicted_seconds"] > 0
             assert len(rec["samples"]) >= 1
+    for rec in data["sweeps"]["tpot_vs_model_size"]["records"]:  # each with its own reading
+        assert rec["predicted_seconds"] == pytest.approx(
+            max(rec["bytes"] / rec["bandwidth_bytes_per_s"], rec["flops"] / data["matmul"]["flops_per_s"]))
     # the file reads back as results/README.md shows
     assert Hardware(**data["hardware"]).kind == "measured"
     ttft = Sweep(**data["sweeps"]["ttft_vs_prompt_length"])
@@ -298,3 +302,52 @@ def test_bench_serving_dispatches_to_the_simulator(capsys) -> None:
     assert bench_main(["serving"]) == 0
     out = capsys.readouterr().out
     assert "10000 requests" in out and "continuous" in out and "disaggregated" in out
+
+
+# ---- the chapters' measurements: operations per step, and the matmul sweep -----------------------
+
+def test_operation_counter_counts_computations_not_views() -> None:
+    from utils.profile import count_operations
+
+    a, b = torch.ones(4, 4), torch.ones(4, 4)
+    counted = count_operations(lambda: (a + b).view(16)[2:].t() * 2)  # view, slice, t: views
+    assert counted.count == 2 and counted.by_name == {"add": 1, "mul": 1}
+    # a reshape that cannot relabel memory (of a transposed matrix) copies: that one counts
+    assert count_operations(lambda: a.t().reshape(16)).by_name == {"clone": 1}
+
+
+def test_decode_operations_grow_by_the_same_count_per_layer() -> None:
+    """A decode step is a fixed set of operations per layer plus a fixed head and tail, and
+    the count does not depend on the width of the matrices."""
+    from utils.loading import load_model
+    from utils.profile import count_operations
+
+    def ops(n_layers: int, d_model: int) -> int:
+        shape = ModelShape("count", n_layers=n_layers, d_model=d_model, n_heads=4, n_kv_heads=2,
+                           d_ff=2 * d_model, vocab_size=64, tied_embeddings=True, max_seq_len=32)
+        model, _ = load_model(shape, device="cpu", weights="random")
+        model.setup_caches(1, 16)
+        return count_operations(lambda: model(torch.tensor([[3]]), torch.tensor([[5]]))).count
+
+    two, four, six = ops(2, 32), ops(4, 32), ops(6, 32)
+    per_layer = (four - two) // 2
+    assert per_layer > 10 and six - four == four - two == 2 * per_layer
+    assert ops(4, 64) == four  # wider matrices, the same operations
+
+
+def test_matmul_sweep_counts_flops_and_bytes_by_hand() -> None:
+    from utils.profile import matmul_sweep
+
+    sweep = matmul_sweep("cpu", "fp32", token_counts=(1, 32), k=256, m=128, repeats=3, warmup=1)
+    assert sweep.name == "matmul_vs_tokens" and sweep.column("tokens") == [1, 32]
+    one, many = sweep.records
+    assert one["flops"] == 2 * 1 * 256 * 128
+    assert one["bytes"] == 4 * (1 * 256 + 256 * 128 + 1 * 128)  # fp32: read x and W, write y
+    assert many["flop_per_byte"] == pytest.approx(2 * 32 * 256 * 128 / (4 * (32 * 256 + 256 * 128 + 32 * 128)))
+    assert many["flop_per_byte"] > 10 * one["flop_per_byte"]
+    for rec in sweep.records:
+        assert len(rec["samples"]) == 3 and rec["flops_per_s"] == pytest.approx(rec["flops"] / rec["seconds"])
+    with pytest.raises(ValueError, match="need token counts"):
+        matmul_sweep("cpu", "fp32", token_counts=(0,))
+    with pytest.raises(ValueError, match="more than half"):
+        matmul_sweep("cpu", "fp32", token_counts=(1,), k=2**20, m=2**20)

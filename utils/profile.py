@@ -27,24 +27,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import os
 import sys
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from utils import roofline
 from utils.device import describe, device_name, dtype_name, pick_device, synchronize, to_torch_dtype
-from utils.hardware import Hardware
+from utils.hardware import Hardware, bytes_per_element
 from utils.models import ModelShape, get_model
-from utils.timing import Stopwatch, median
+from utils.timing import Stopwatch, median, time_fn
 
 GB = 1e9
 MiB = 2**20
@@ -616,6 +619,77 @@ def _record(x_key: str, x: Any, samples: list[float], cost: roofline.StepCost,
             "flops_per_s": cost.flops / seconds, "bytes_per_s": cost.bytes / seconds}
 
 
+def matmul_sweep(device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
+                 token_counts: Iterable[int] = (1, 8, 64, 512), k: int = 4096, m: int = 4096, *,
+                 repeats: int = 5, warmup: int = 2, force: bool = False, seed: int = 0,
+                 progress: Any = False) -> Sweep:
+    """(n x k) activations times one (k x m) weight matrix, for each n in token_counts: how the
+    FLOP/s grow as more tokens share each weight read. Records: tokens, seconds (median of
+    `repeats`, synchronised), flops = 2nkm, bytes = every input read and the output written
+    once (utils.roofline.matmul_bytes), flop_per_byte and flops_per_s. Uses PyTorch's own matmul
+    (on a CPU, MKL's: no numpy path as in utils.llama)."""
+    dev = pick_device(device)
+    torch_dtype = resolve_dtype(dev, dtype, force)
+    counts = list(token_counts)
+    if not counts or min(counts) < 1 or k < 1 or m < 1:
+        raise ValueError(f"need token counts, k and m >= 1, got {counts}, k={k}, m={m}")
+    need = bytes_per_element(dtype_name(torch_dtype)) * (k * m + max(counts) * (k + m))
+    if need > available_memory_bytes(dev) / 2:
+        raise ValueError(f"the largest matmul needs {need / GB:.1f} GB, more than half the "
+                         f"{available_memory_bytes(dev) / GB:.1f} GB available: use fewer tokens "
+                         "or smaller k and m")
+    gen = torch.Generator().manual_seed(seed)
+    weights = torch.randn(k, m, generator=gen).to(dev, torch_dtype)
+    bar, own = _progress_bar(progress, len(counts), "matmul sweep")
+    records = []
+    for n in counts:
+        x = torch.randn(n, k, generator=gen).to(dev, torch_dtype)
+        samples = time_fn(lambda x=x: x @ weights, device=dev, warmup=warmup, repeats=repeats)
+        seconds = median(samples)
+        flops = roofline.matmul_flops(n, k, m)
+        nbytes = roofline.matmul_bytes(n, k, m, dtype_name(torch_dtype))
+        records.append({"tokens": n, "seconds": seconds, "samples": samples, "flops": flops,
+                        "bytes": nbytes, "flop_per_byte": flops / nbytes,
+                        "flops_per_s": flops / seconds})
+        _tick(bar, f"n={n}")
+    if own:
+        bar.close()
+    return Sweep("matmul_vs_tokens", "tokens", records,
+                 {**describe(dev, torch_dtype), "k": k, "m": m})
+
+
+class OperationCounter(TorchDispatchMode):
+    """Counts the tensor operations run inside `with OperationCounter() as counter:`: `count`,
+    and `by_name` per operation. Views (reshapes, transposes, slices) only relabel memory and
+    launch nothing, so they are not counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.by_name: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not func.is_view and func is not torch.ops.aten._unsafe_view.default:
+            self.count += 1
+            self.by_name[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operations(fn: Callable[[], object]) -> OperationCounter:
+    """Run fn() once, without gradients, and count the tensor operations it runs.
+
+    On a CPU with one PyTorch thread utils.llama multiplies small batches in numpy, where the
+    counter cannot see them, so fn runs with at least two threads (the PyTorch path)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(threads, 2))
+    try:
+        with torch.no_grad(), OperationCounter() as counter:
+            fn()
+    finally:
+        torch.set_num_threads(threads)
+    return counter
+
+
 def ttft_vs_prompt_length(model: Any = "smollm2-135m", prompt_lengths: Iterable[int] = (16, 64, 256),
                           batch: int = 1, *, repeats: int = 3, warmup: int = 1,
                           hardware: Hardware | None = None, device: str | None = None,
@@ -736,7 +810,8 @@ def tpot_vs_model_size(models: Sequence[Any] = ("smollm2-135m", "smollm2-360m"),
     """Batch-1 TPOT of random-weight models of several shapes (speed does not depend on the
     values), against weight bytes. A model that does not fit in memory, or whose load and decode
     would exceed `time_budget_s` (estimated from the roofline), is skipped with the reason in
-    its record (`seconds` None) instead of stopping the sweep."""
+    its record (`seconds` None) instead of stopping the sweep. Each model's prediction uses a
+    bandwidth reading taken just before it (`bandwidth_bytes_per_s` in its record)."""
     dev = pick_device(device)
     torch_dtype = resolve_dtype(dev, dtype)
     dt = dtype_name(torch_dtype)
@@ -771,9 +846,14 @@ def tpot_vs_model_size(models: Sequence[Any] = ("smollm2-135m", "smollm2-360m"),
             records.append({**base, "seconds": None, "predicted_seconds": cost.seconds,
                             "skipped": skip})
         else:
+            # the sweep spans minutes, and a shared machine's bandwidth drifts: predict each
+            # model from a reading taken just before it
+            now = measure_bandwidth(dev, quick=True, repeats=3).read_bytes_per_s
+            cost = roofline.decode_cost(shape, dataclasses.replace(hw, bandwidth=now), dt, 1, context)
             samples = time_decode(model, 1, context, steps=steps, warmup=warmup)
             records.append(_record("weight_bytes", base["weight_bytes"], samples, cost,
-                                   model=shape.name, n_params=shape.n_params, context=context))
+                                   model=shape.name, n_params=shape.n_params, context=context,
+                                   bandwidth_bytes_per_s=now))
         if not loaded:
             del model
             _free(dev)
