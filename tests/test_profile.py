@@ -351,3 +351,42 @@ def test_matmul_sweep_counts_flops_and_bytes_by_hand() -> None:
         matmul_sweep("cpu", "fp32", token_counts=(0,))
     with pytest.raises(ValueError, match="more than half"):
         matmul_sweep("cpu", "fp32", token_counts=(1,), k=2**20, m=2**20)
+
+
+# ---- .ci/gpu-check: the prepared GPU run ----------------------------------------------------------
+
+def gpu_check_steps(root) -> list[tuple[str, list[str]]]:
+    import shlex
+
+    text = (root / ".ci" / "gpu-check").read_text().replace("\\\n", " ")
+    steps = []
+    for line in text.splitlines():
+        if line.startswith("step "):
+            _, name, _limit, *command = shlex.split(line)
+            steps.append((name, command))
+    return steps
+
+
+def test_gpu_check_refuses_a_machine_without_cuda(root, tmp_path) -> None:
+    assert subprocess.run(["bash", "-n", str(root / ".ci" / "gpu-check")]).returncode == 0
+    proc = subprocess.run([str(root / ".ci" / "gpu-check"), str(tmp_path / "out")], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable})
+    assert proc.returncode == 2
+    assert "no CUDA GPU visible" in proc.stderr and not (tmp_path / "out").exists()
+    proc = subprocess.run([str(root / ".ci" / "gpu-check")], cwd=root, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHON": "/nonexistent/python"})
+    assert proc.returncode == 2 and "cannot import torch" in proc.stderr
+
+
+def test_gpu_check_steps_are_valid_command_lines(root, tmp_path) -> None:
+    """Every step's arguments parse: on this CPU machine each stops at the CUDA check, with
+    the clear message, not at a usage error."""
+    steps = gpu_check_steps(root)
+    assert [name for name, _ in steps][0] == "decode-llama-3-8b-cuda_graph"
+    assert len(steps) + 1 <= 8  # + nvidia-smi.log: what a lent GPU machine sends back
+    for name, command in steps:
+        argv = [sys.executable if a == "$py" else a.replace("$out", str(tmp_path)) for a in command]
+        proc = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (name, proc.stderr[-500:])
+        assert "no CUDA GPU" in proc.stderr, (name, proc.stderr[-500:])
