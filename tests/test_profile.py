@@ -390,3 +390,20 @@ def test_gpu_check_steps_are_valid_command_lines(root, tmp_path) -> None:
         proc = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, (name, proc.stderr[-500:])
         assert "no CUDA GPU" in proc.stderr, (name, proc.stderr[-500:])
+
+
+def test_sweep_records_become_measured_roofline_points() -> None:
+    sweep = Sweep("decode_with_and_without_cache", "context", [
+        {"context": 64, "cached": True, "seconds": 0.02, "flops": 3e8, "bytes": 6e8},
+        {"context": 64, "cached": False, "seconds": 0.5, "flops": 4e10, "bytes": 6e8},
+        {"context": 999, "cached": True, "seconds": None, "skipped": "time budget"},
+    ])
+    cached, recomputed = sweep.operating_points()  # the skipped record is left out
+    assert (cached.label, recomputed.label) == ("context=64", "context=64, no cache")
+    assert cached.flop_per_byte == pytest.approx(0.5) and cached.flops_per_second == pytest.approx(1.5e10)
+    assert recomputed.flop_per_byte == pytest.approx(4e10 / 6e8)
+    assert recomputed.flops_per_second == pytest.approx(8e10) and recomputed.kind == "measured"
+    sizes = Sweep("tpot_vs_model_size", "weight_bytes",
+                  [{"weight_bytes": 5e8, "model": "smollm2-135m", "seconds": 0.02, "flops": 3e8,
+                    "bytes": 5.4e8}])
+    assert sizes.operating_points()[0].label == "smollm2-135m"

@@ -119,3 +119,17 @@ def test_committed_reference_files_are_genuine_and_listed(path: Path) -> None:
 def test_the_course_ships_at_least_one_reference_file() -> None:
     assert COMMITTED, "results/ holds no reference file: run python -m utils.profile --out ..."
     assert all(r.bandwidth > 0 and r.flops > 0 for r in reference_results())
+
+
+def test_the_readme_example_runs_on_the_committed_file(monkeypatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    readme = (RESULTS_DIR / "README.md").read_text()
+    section = readme.split("## Reading a file in a notebook", 1)[1]
+    code = section.split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(RESULTS_DIR.parent)
+    namespace: dict = {}
+    exec(compile(code, "results/README.md", "exec"), namespace)
+    assert namespace["hw"].kind == "measured"
+    assert namespace["ttft"].operating_points()

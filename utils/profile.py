@@ -537,6 +537,22 @@ class Sweep:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def operating_points(self) -> list:
+        """Every measured record as a point for utils.plots.roofline_plot: intensity = FLOP /
+        bytes of the step, performance = FLOP / measured seconds. Skipped records are left out."""
+        from utils.plots import OperatingPoint
+
+        points = []
+        for r in self.records:
+            if r.get("seconds") is None:
+                continue
+            label = r.get("model") or f"{self.x.replace('_', ' ')}={r[self.x]}"
+            if r.get("cached") is False:
+                label += ", no cache"
+            points.append(OperatingPoint(label, r["flops"] / r["bytes"], r["flops"] / r["seconds"],
+                                         kind="measured"))
+        return points
+
     def plot(self, ax=None, y: str = "seconds", scale: float = 1e3, unit: str = "ms"):
         """Measured (dots) and predicted (line) against x; returns the matplotlib Axes."""
         import matplotlib.pyplot as plt
