@@ -13,6 +13,7 @@ from utils.results import (
     RESULTS_DIR,
     SCHEMA,
     load_result,
+    model_size_points,
     reference_results,
     results_table,
     summarize,
@@ -133,3 +134,20 @@ def test_the_readme_example_runs_on_the_committed_file(monkeypatch) -> None:
     exec(compile(code, "results/README.md", "exec"), namespace)
     assert namespace["hw"].kind == "measured"
     assert namespace["ttft"].operating_points()
+
+
+def test_model_size_points_read_every_file_and_keep_skips(tmp_path: Path) -> None:
+    with_sizes = fake_result()
+    with_sizes["sweeps"]["tpot_vs_model_size"] = {
+        "name": "tpot_vs_model_size", "x": "weight_bytes", "meta": {}, "records": [
+            {"weight_bytes": 5.4e8, "model": "smollm2-135m", "bytes": 5.5e8, "seconds": 0.020,
+             "predicted_seconds": 0.0125},
+            {"weight_bytes": 3.2e10, "model": "llama-3-8b", "seconds": None,
+             "predicted_seconds": 0.7, "skipped": "skipped: does not fit"}]}
+    (tmp_path / "a.json").write_text(json.dumps(with_sizes))
+    (tmp_path / "b.json").write_text(json.dumps(fake_result()))  # no model-size sweep
+    small, big = model_size_points(tmp_path)
+    assert (small.source, small.model, small.step_bytes) == ("a.json", "smollm2-135m", 5.5e8)
+    assert small.predicted_over_measured == pytest.approx(0.625)
+    assert big.seconds is None and big.predicted_over_measured is None
+    assert big.skipped == "skipped: does not fit" and big.step_bytes == 3.2e10

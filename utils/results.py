@@ -115,6 +115,42 @@ def reference_results(folder: str | Path | None = None) -> list[ResultSummary]:
     return [summarize(load_result(p), p.name) for p in files]
 
 
+@dataclass(frozen=True)
+class ModelSizePoint:
+    """One record of a reference file's `tpot_vs_model_size` sweep: a batch-1 decode step of a
+    random-weight model of that shape. step_bytes: bytes the step reads; seconds: measured
+    (None if the run skipped it, with the reason in `skipped`); predicted_seconds: the roofline
+    from a bandwidth reading taken just before it."""
+
+    source: str
+    device: str
+    machine: str
+    model: str
+    step_bytes: float
+    seconds: float | None
+    predicted_seconds: float
+    skipped: str | None = None
+
+    @property
+    def predicted_over_measured(self) -> float | None:
+        return None if self.seconds is None else self.predicted_seconds / self.seconds
+
+
+def model_size_points(folder: str | Path | None = None) -> list[ModelSizePoint]:
+    """The model-size sweep of every reference file (see reference_results), in file order;
+    a file without that sweep adds nothing."""
+    folder = RESULTS_DIR if folder is None else Path(folder)
+    points = []
+    for summary in reference_results(folder):
+        sweep = load_result(folder / summary.source)["sweeps"].get("tpot_vs_model_size") or {}
+        for r in sweep.get("records", []):
+            points.append(ModelSizePoint(
+                summary.source, summary.device, summary.machine, r.get("model", "?"),
+                float(r.get("bytes", r.get("weight_bytes", 0))), r.get("seconds"),
+                float(r["predicted_seconds"]), r.get("skipped")))
+    return points
+
+
 def results_table(rows: list[ResultSummary]) -> str:
     """A fixed-width text table of summaries: machine, measured limits, TPOT and TTFT."""
     head = (f"{'machine':<34}{'dtype':<6}{'read GB/s':>10}{'GEMM TFLOP/s':>14}{'ridge F/B':>10}"
