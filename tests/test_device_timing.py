@@ -43,6 +43,9 @@ def test_describe_records_versions() -> None:
     info = describe("cpu", torch.float32)
     assert info["device"] == "cpu" and info["dtype"] == "fp32" and info["torch"] == torch.__version__
     assert info["cpu_cores"] >= 1 and info["machine"]
+    import numpy
+
+    assert info["numpy"] == numpy.__version__
 
 
 def test_cpu_name_comes_from_cpuinfo(tmp_path) -> None:

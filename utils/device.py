@@ -6,6 +6,7 @@ import os
 import platform
 from pathlib import Path
 
+import numpy as np
 import torch
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -87,6 +88,7 @@ def describe(device: str | torch.device, dtype: torch.dtype | None = None) -> di
         "device_name": device_name(dev),
         "dtype": dtype_name(dtype) if dtype is not None else None,
         "torch": torch.__version__,
+        "numpy": np.__version__,  # its BLAS runs utils.llama's CPU decode path
         "python": platform.python_version(),
         "cpu_threads": torch.get_num_threads(),
         "cpu_cores": os.cpu_count(),
@@ -100,8 +102,6 @@ def describe(device: str | torch.device, dtype: torch.dtype | None = None) -> di
 def start_notebook(seed: int = 0, device: str | None = None) -> tuple[torch.device, torch.dtype]:
     """Seed every random generator, pick the device and precision, and say what was picked."""
     import random
-
-    import numpy as np
 
     random.seed(seed)
     np.random.seed(seed)
