@@ -282,9 +282,14 @@ def format_decode(r: BenchResult) -> str:
         f"measured TPOT: {r.model_seconds * 1e3:.2f} ms "
         f"(prediction {100 * (r.predicted_seconds / r.model_seconds - 1):+.0f}%)",
         "pairwise ratios: " + " ".join(f"{x:.2f}" for x in r.pair_ratios),
-        f"decode: {r.ratio:.2f} of measured memory bandwidth ({r.model_per_s / GB:.1f} GB/s of "
-        f"{r.limit_per_s / GB:.1f} GB/s), {r.tokens_per_s:.1f} tokens/s",
     ]
+    if r.ratio < 0.7 and p["mode"] == "eager":
+        lines.append("the rest of each step is mostly fixed cost per operation, which does not grow "
+                     "with the matrices: compare a larger shape, e.g. --model smollm2-1.7b "
+                     "--weights random"
+                     + ("" if r.meta["device"] == "cpu" else ", or --mode cuda_graph"))
+    lines.append(f"decode: {r.ratio:.2f} of measured memory bandwidth ({r.model_per_s / GB:.1f} "
+                 f"GB/s of {r.limit_per_s / GB:.1f} GB/s), {r.tokens_per_s:.1f} tokens/s")
     return "\n".join(lines)
 
 
