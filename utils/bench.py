@@ -18,7 +18,6 @@ computed) plus causal attention, 4 * layers * attn_dim * T(T+1)/2.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import Any
 import torch
 
 from utils import roofline
+from utils.cli import Parser
 from utils.device import describe, dtype_name, pick_device, synchronize
 from utils.hardware import bytes_per_element
 from utils.models import get_model
@@ -323,11 +323,6 @@ options: --device cpu|cuda  --dtype fp32|bf16|fp16  --model NAME  --weights rand
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
@@ -343,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         from utils.serving import main as serving_main
 
         return serving_main(["--bench", *args[1:]])
-    p = _Parser(prog=f"python -m utils.bench {which}")
+    p = Parser(prog=f"python -m utils.bench {which}")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--model", default="smollm2-135m")

@@ -15,13 +15,8 @@ import json
 import sys
 import time
 
+from utils.cli import Parser
 from utils.device import describe, pick_device
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def _positive_int(text: str) -> int:
@@ -45,7 +40,7 @@ def _non_negative_float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m utils.chat", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m utils.chat", description=__doc__.split("\n")[0])
     parser.add_argument("prompt", help="the user message (or plain text with --raw)")
     parser.add_argument("--max-new-tokens", type=_positive_int, default=64,
                         help="most tokens to generate (default 64)")

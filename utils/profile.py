@@ -25,7 +25,6 @@ Command line (writes one JSON file; see results/README.md for the reference file
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import functools
@@ -44,6 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from utils import roofline
+from utils.cli import Parser
 from utils.device import describe, device_name, dtype_name, pick_device, synchronize, to_torch_dtype
 from utils.hardware import Hardware, bytes_per_element
 from utils.models import ModelShape, get_model
@@ -1028,14 +1028,9 @@ def default_results_name(device: str | torch.device | None = None) -> str:
     return f"results/{slug}-{time.strftime('%Y-%m-%d')}.json"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2, no usage dump
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m utils.profile",
+    p = Parser(prog="python -m utils.profile",
                 description="Measure this device's bandwidth and FLOP/s, then TTFT and TPOT "
                             "sweeps of the model; write everything to one JSON file.")
     p.add_argument("--out", default=None,

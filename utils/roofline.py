@@ -14,13 +14,13 @@ All inputs and outputs are plain floats in SI units: FLOP, bytes, seconds, FLOP/
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from utils.cli import Parser
 from utils.hardware import Hardware, bytes_per_element, get_hardware
 from utils.models import Model, dense_model, get_model
 
@@ -340,14 +340,9 @@ def format_summary(r: dict) -> str:
     return "\n".join(f"{k:<{width}}  {v}" if k else "" for k, v in rows)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2, no usage dump
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m utils.roofline",
+    p = Parser(prog="python -m utils.roofline",
                 description="Napkin math for one request: prefill and decode on the roofline.")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--model", default=None, help="model name (default llama-3-8b)")
