@@ -409,3 +409,29 @@ def test_sweep_records_become_measured_roofline_points() -> None:
                   [{"weight_bytes": 5e8, "model": "smollm2-135m", "seconds": 0.02, "flops": 3e8,
                     "bytes": 5.4e8}])
     assert sizes.operating_points()[0].label == "smollm2-135m"
+
+
+def test_progress_bar_closes_its_own_bar_but_not_the_callers() -> None:
+    from utils.profile import progress_bar, tick
+
+    with pytest.raises(RuntimeError), progress_bar(True, 3, "test") as bar:
+        tick(bar, "one")
+        raise RuntimeError("a sweep failed half-way")
+    assert bar.n == 1 and bar.disable is True  # tqdm disables a bar when it is closed
+
+    class Callers:
+        closed, ticks = False, 0
+
+        def update(self, n: int) -> None:
+            self.ticks += n
+
+        def close(self) -> None:
+            self.closed = True
+
+    mine = Callers()
+    with progress_bar(mine, 3, "test") as bar:
+        tick(bar, "one")
+    assert bar is mine and mine.ticks == 1 and not mine.closed
+    with progress_bar(False, 3, "test") as bar:
+        tick(bar, "nothing to show")
+    assert bar is None

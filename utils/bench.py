@@ -39,9 +39,11 @@ from utils.profile import (
     ensure_cache,
     gemm_operands,
     load_for_profile,
+    progress_bar,
     random_tokens,
     read_buffer,
     resolve_dtype,
+    tick,
     time_matmul,
     time_read,
 )
@@ -78,15 +80,19 @@ class BenchResult:
 
 
 def _alternate(limit: Callable[[], float], model: Callable[[], float], pairs: int,
-               limit_work: float, model_work: float) -> tuple[list[float], list[float], list[float]]:
-    """Run limit() and model() (each returns seconds) alternately `pairs` times."""
+               limit_work: float, model_work: float, progress: bool = False, desc: str = ""
+               ) -> tuple[list[float], list[float], list[float]]:
+    """Run limit() and model() (each returns seconds) alternately `pairs` times; return the
+    limit's seconds, the model's seconds and each pair's ratio of rates."""
     limit_s, model_s, ratios = [], [], []
-    for _ in range(pairs):
-        a = limit()
-        b = model()
-        limit_s.append(a)
-        model_s.append(b)
-        ratios.append((model_work / b) / (limit_work / a))
+    with progress_bar(progress, pairs, desc) as bar:
+        for _ in range(pairs):
+            a = limit()
+            b = model()
+            limit_s.append(a)
+            model_s.append(b)
+            ratios.append((model_work / b) / (limit_work / a))
+            tick(bar, f"{ratios[-1]:.2f}")
     return limit_s, model_s, ratios
 
 
@@ -174,7 +180,7 @@ def bench_decode(model: Any = "smollm2-135m", device: str | None = None, dtype: 
         limit()
         decode()
     synchronize(dev)
-    limit_s, model_s, ratios = _alternate_progress(limit, decode, pairs, buf_bytes, work, progress,
+    limit_s, model_s, ratios = _alternate(limit, decode, pairs, buf_bytes, work, progress,
                                                    "decode")
     bandwidth = buf_bytes / median(limit_s)
     step_s = median(model_s)
@@ -227,7 +233,7 @@ def bench_prefill(model: Any = "smollm2-135m", device: str | None = None, dtype:
     for _ in range(2):
         limit()
         prefill()
-    limit_s, model_s, ratios = _alternate_progress(limit, prefill, pairs, gemm_flops, work,
+    limit_s, model_s, ratios = _alternate(limit, prefill, pairs, gemm_flops, work,
                                                    progress, "prefill")
     seconds = median(model_s)
     return BenchResult("prefill", median(ratios), gemm_flops / median(limit_s), work / seconds,
@@ -235,20 +241,6 @@ def bench_prefill(model: Any = "smollm2-135m", device: str | None = None, dtype:
                        {"model": model.config.name, "prompt_tokens": prompt_tokens,
                         "pairs": pairs, "gemm_n": n, "threads": torch.get_num_threads()},
                        describe(dev, torch_dtype))
-
-
-def _alternate_progress(limit: Callable[[], float], model: Callable[[], float], pairs: int,
-                        limit_work: float, model_work: float, progress: bool, desc: str
-                        ) -> tuple[list[float], list[float], list[float]]:
-    if not progress:
-        return _alternate(limit, model, pairs, limit_work, model_work)
-    from tqdm.auto import tqdm
-
-    out: tuple[list[float], list[float], list[float]] = ([], [], [])
-    for _ in tqdm(range(pairs), desc=desc, leave=False):
-        for acc, new in zip(out, _alternate(limit, model, 1, limit_work, model_work)):
-            acc.extend(new)
-    return out
 
 
 def busy_note(device: str | torch.device) -> str | None:

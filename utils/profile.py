@@ -34,7 +34,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -573,16 +573,21 @@ class Sweep:
         return ax
 
 
-def _progress_bar(progress: Any, total: int, desc: str):
-    """None/False: no bar; True: a tqdm.auto bar; else an object with update(n) (e.g. tqdm)."""
-    if progress is True:
-        from tqdm.auto import tqdm
+@contextlib.contextmanager
+def progress_bar(progress: Any, total: int, desc: str) -> Iterator[Any]:
+    """None/False: no bar; True: a tqdm.auto bar, closed at the end; else the caller's object
+    with update(n) (e.g. its own tqdm bar, which it closes itself)."""
+    if progress is not True:
+        yield progress or None
+        return
+    from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=desc, leave=False), True
-    return (progress or None), False
+    with tqdm(total=total, desc=desc, leave=False) as bar:
+        yield bar
 
 
-def _tick(bar: Any, label: str) -> None:
+def tick(bar: Any, label: str) -> None:
+    """Advance a bar from progress_bar by one step, showing `label` (no bar: nothing)."""
     if bar is not None:
         if hasattr(bar, "set_postfix_str"):
             bar.set_postfix_str(label)
@@ -656,20 +661,18 @@ def matmul_sweep(device: str | torch.device | None = None, dtype: str | torch.dt
                          "or smaller k and m")
     gen = torch.Generator().manual_seed(seed)
     weights = torch.randn(k, m, generator=gen).to(dev, torch_dtype)
-    bar, own = _progress_bar(progress, len(counts), "matmul sweep")
-    records = []
-    for n in counts:
-        x = torch.randn(n, k, generator=gen).to(dev, torch_dtype)
-        samples = time_fn(lambda x=x: x @ weights, device=dev, warmup=warmup, repeats=repeats)
-        seconds = median(samples)
-        flops = roofline.matmul_flops(n, k, m)
-        nbytes = roofline.matmul_bytes(n, k, m, dtype_name(torch_dtype))
-        records.append({"tokens": n, "seconds": seconds, "samples": samples, "flops": flops,
-                        "bytes": nbytes, "flop_per_byte": flops / nbytes,
-                        "flops_per_s": flops / seconds})
-        _tick(bar, f"n={n}")
-    if own:
-        bar.close()
+    with progress_bar(progress, len(counts), "matmul sweep") as bar:
+        records = []
+        for n in counts:
+            x = torch.randn(n, k, generator=gen).to(dev, torch_dtype)
+            samples = time_fn(lambda x=x: x @ weights, device=dev, warmup=warmup, repeats=repeats)
+            seconds = median(samples)
+            flops = roofline.matmul_flops(n, k, m)
+            nbytes = roofline.matmul_bytes(n, k, m, dtype_name(torch_dtype))
+            records.append({"tokens": n, "seconds": seconds, "samples": samples, "flops": flops,
+                            "bytes": nbytes, "flop_per_byte": flops / nbytes,
+                            "flops_per_s": flops / seconds})
+            tick(bar, f"n={n}")
     return Sweep("matmul_vs_tokens", "tokens", records,
                  {**describe(dev, torch_dtype), "k": k, "m": m})
 
@@ -715,15 +718,13 @@ def ttft_vs_prompt_length(model: Any = "smollm2-135m", prompt_lengths: Iterable[
     lengths = sorted({int(n) for n in prompt_lengths})
     model = load_for_profile(model, device, dtype)
     shape, dev, dt, hw = _context(model, hardware)
-    bar, own = _progress_bar(progress, len(lengths), "TTFT vs prompt length")
-    records = []
-    for n in lengths:
-        samples = time_prefill(model, n, batch, repeats=repeats, warmup=warmup)
-        cost = roofline.prefill_cost(shape, hw, dt, n, batch)
-        records.append(_record("prompt_tokens", n, samples, cost, batch=batch))
-        _tick(bar, f"{n} tokens")
-    if own:
-        bar.close()
+    with progress_bar(progress, len(lengths), "TTFT vs prompt length") as bar:
+        records = []
+        for n in lengths:
+            samples = time_prefill(model, n, batch, repeats=repeats, warmup=warmup)
+            cost = roofline.prefill_cost(shape, hw, dt, n, batch)
+            records.append(_record("prompt_tokens", n, samples, cost, batch=batch))
+            tick(bar, f"{n} tokens")
     return Sweep("ttft_vs_prompt_length", "prompt_tokens", records,
                  _meta(model, dev, dt, hw, batch=batch, repeats=repeats))
 
@@ -738,17 +739,15 @@ def tpot_vs_batch_size(model: Any = "smollm2-135m", batch_sizes: Iterable[int] =
     model = load_for_profile(model, device, dtype)
     shape, dev, dt, hw = _context(model, hardware)
     ensure_cache(model, max(sizes), context + warmup + steps)
-    bar, own = _progress_bar(progress, len(sizes), "TPOT vs batch size")
-    records = []
-    for b in sizes:
-        samples = time_decode(model, b, context, steps=steps, warmup=warmup)
-        cost = roofline.decode_cost(shape, hw, dt, b, context)
-        rec = _record("batch", b, samples, cost, context=context)
-        rec["tokens_per_s"] = b / rec["seconds"]
-        records.append(rec)
-        _tick(bar, f"batch {b}")
-    if own:
-        bar.close()
+    with progress_bar(progress, len(sizes), "TPOT vs batch size") as bar:
+        records = []
+        for b in sizes:
+            samples = time_decode(model, b, context, steps=steps, warmup=warmup)
+            cost = roofline.decode_cost(shape, hw, dt, b, context)
+            rec = _record("batch", b, samples, cost, context=context)
+            rec["tokens_per_s"] = b / rec["seconds"]
+            records.append(rec)
+            tick(bar, f"batch {b}")
     return Sweep("tpot_vs_batch_size", "batch", records,
                  _meta(model, dev, dt, hw, context=context, steps=steps))
 
@@ -765,17 +764,15 @@ def tpot_vs_context_length(model: Any = "smollm2-135m",
     model = load_for_profile(model, device, dtype)
     shape, dev, dt, hw = _context(model, hardware)
     ensure_cache(model, batch, max(ctxs) + warmup + steps)
-    bar, own = _progress_bar(progress, len(ctxs), "TPOT vs context")
-    records = []
-    for c in ctxs:
-        samples = time_decode(model, batch, c, steps=steps, warmup=warmup)
-        cost = roofline.decode_cost(shape, hw, dt, batch, c)
-        rec = _record("context", c, samples, cost, batch=batch)
-        rec["kv_cache_bytes"] = batch * (c + 1) * roofline.kv_cache_bytes_per_token(shape, dt)
-        records.append(rec)
-        _tick(bar, f"context {c}")
-    if own:
-        bar.close()
+    with progress_bar(progress, len(ctxs), "TPOT vs context") as bar:
+        records = []
+        for c in ctxs:
+            samples = time_decode(model, batch, c, steps=steps, warmup=warmup)
+            cost = roofline.decode_cost(shape, hw, dt, batch, c)
+            rec = _record("context", c, samples, cost, batch=batch)
+            rec["kv_cache_bytes"] = batch * (c + 1) * roofline.kv_cache_bytes_per_token(shape, dt)
+            records.append(rec)
+            tick(bar, f"context {c}")
     return Sweep("tpot_vs_context_length", "context", records,
                  _meta(model, dev, dt, hw, batch=batch, steps=steps))
 
@@ -792,19 +789,17 @@ def decode_with_and_without_cache(model: Any = "smollm2-135m",
     model = load_for_profile(model, device, dtype)
     shape, dev, dt, hw = _context(model, hardware)
     ensure_cache(model, 1, max(ctxs) + warmup + steps)
-    bar, own = _progress_bar(progress, 2 * len(ctxs), "decode with/without cache")
-    records = []
-    for c in ctxs:
-        samples = time_decode(model, 1, c, steps=steps, warmup=warmup)
-        records.append(_record("context", c, samples, roofline.decode_cost(shape, hw, dt, 1, c),
-                               cached=True))
-        _tick(bar, f"cached, context {c}")
-        samples = time_decode(model, 1, c, steps=steps, warmup=warmup, use_cache=False)
-        cost = roofline.prefill_cost(shape, hw, dt, c + 1, kv_cache=False)
-        records.append(_record("context", c, samples, cost, cached=False))
-        _tick(bar, f"recompute, context {c}")
-    if own:
-        bar.close()
+    with progress_bar(progress, 2 * len(ctxs), "decode with/without cache") as bar:
+        records = []
+        for c in ctxs:
+            samples = time_decode(model, 1, c, steps=steps, warmup=warmup)
+            records.append(_record("context", c, samples, roofline.decode_cost(shape, hw, dt, 1, c),
+                                   cached=True))
+            tick(bar, f"cached, context {c}")
+            samples = time_decode(model, 1, c, steps=steps, warmup=warmup, use_cache=False)
+            cost = roofline.prefill_cost(shape, hw, dt, c + 1, kv_cache=False)
+            records.append(_record("context", c, samples, cost, cached=False))
+            tick(bar, f"recompute, context {c}")
     return Sweep("decode_with_and_without_cache", "context", records,
                  _meta(model, dev, dt, hw, steps=steps))
 
@@ -832,50 +827,48 @@ def tpot_vs_model_size(models: Sequence[Any] = ("smollm2-135m", "smollm2-360m"),
     torch_dtype = resolve_dtype(dev, dtype)
     dt = dtype_name(torch_dtype)
     hw = hardware or measure_hardware(dev, torch_dtype)
-    bar, own = _progress_bar(progress, len(models), "TPOT vs model size")
-    records, start = [], time.perf_counter()
-    for item in models:
-        loaded = hasattr(item, "config")
-        shape = item.config if loaded else get_model(item)
-        cost = roofline.decode_cost(shape, hw, dt, 1, context)
-        base = {"model": shape.name, "n_params": shape.n_params,
-                "weight_bytes": roofline.weight_bytes(shape, dt)}
-        skip = None
-        if time_budget_s is not None:
-            # random initialisation dominates on a CPU (roughly 40e6 parameters/s here)
-            init_rate = 2e9 if dev.type == "cuda" else 40e6
-            estimate = shape.n_params / init_rate + 3 * (warmup + steps) * cost.seconds
-            left = time_budget_s - (time.perf_counter() - start)
-            if estimate > left:
-                skip = f"skipped: about {estimate:.0f} s needed, {max(left, 0):.0f} s of budget left"
-        model = None
-        if skip is None and not loaded:
-            try:
-                model = load_for_profile(shape, dev, torch_dtype,
-                                         extra_bytes=(context + warmup + steps)
-                                         * roofline.kv_cache_bytes_per_token(shape, dt))
-            except ValueError as err:
-                skip = f"skipped: {err}"
-        elif loaded:
-            model = item
-        if skip is not None:
-            records.append({**base, "seconds": None, "predicted_seconds": cost.seconds,
-                            "skipped": skip})
-        else:
-            # the sweep spans minutes, and a shared machine's bandwidth drifts: predict each
-            # model from a reading taken just before it
-            now = measure_bandwidth(dev, quick=True, repeats=3).read_bytes_per_s
-            cost = roofline.decode_cost(shape, dataclasses.replace(hw, bandwidth=now), dt, 1, context)
-            samples = time_decode(model, 1, context, steps=steps, warmup=warmup)
-            records.append(_record("weight_bytes", base["weight_bytes"], samples, cost,
-                                   model=shape.name, n_params=shape.n_params, context=context,
-                                   bandwidth_bytes_per_s=now))
-        if not loaded:
-            del model
-            _free(dev)
-        _tick(bar, shape.name)
-    if own:
-        bar.close()
+    with progress_bar(progress, len(models), "TPOT vs model size") as bar:
+        records, start = [], time.perf_counter()
+        for item in models:
+            loaded = hasattr(item, "config")
+            shape = item.config if loaded else get_model(item)
+            cost = roofline.decode_cost(shape, hw, dt, 1, context)
+            base = {"model": shape.name, "n_params": shape.n_params,
+                    "weight_bytes": roofline.weight_bytes(shape, dt)}
+            skip = None
+            if time_budget_s is not None:
+                # random initialisation dominates on a CPU (roughly 40e6 parameters/s here)
+                init_rate = 2e9 if dev.type == "cuda" else 40e6
+                estimate = shape.n_params / init_rate + 3 * (warmup + steps) * cost.seconds
+                left = time_budget_s - (time.perf_counter() - start)
+                if estimate > left:
+                    skip = f"skipped: about {estimate:.0f} s needed, {max(left, 0):.0f} s of budget left"
+            model = None
+            if skip is None and not loaded:
+                try:
+                    model = load_for_profile(shape, dev, torch_dtype,
+                                             extra_bytes=(context + warmup + steps)
+                                             * roofline.kv_cache_bytes_per_token(shape, dt))
+                except ValueError as err:
+                    skip = f"skipped: {err}"
+            elif loaded:
+                model = item
+            if skip is not None:
+                records.append({**base, "seconds": None, "predicted_seconds": cost.seconds,
+                                "skipped": skip})
+            else:
+                # the sweep spans minutes, and a shared machine's bandwidth drifts: predict each
+                # model from a reading taken just before it
+                now = measure_bandwidth(dev, quick=True, repeats=3).read_bytes_per_s
+                cost = roofline.decode_cost(shape, dataclasses.replace(hw, bandwidth=now), dt, 1, context)
+                samples = time_decode(model, 1, context, steps=steps, warmup=warmup)
+                records.append(_record("weight_bytes", base["weight_bytes"], samples, cost,
+                                       model=shape.name, n_params=shape.n_params, context=context,
+                                       bandwidth_bytes_per_s=now))
+            if not loaded:
+                del model
+                _free(dev)
+            tick(bar, shape.name)
     meta = {**describe(dev, torch_dtype), "hardware": hw.name, "bandwidth_bytes_per_s": hw.bandwidth,
             "peak_flops": hw.dense_flops.get(dt),
             "params": {"context": context, "steps": steps, "weights": "random"}}
@@ -963,32 +956,30 @@ def run_profile(device: str | torch.device | None = None, dtype: str | torch.dty
     total = 3 + sum(len(next(iter(v for k, v in p.items() if k in (
         "prompt_lengths", "batch_sizes", "contexts", "models")))) * (
         2 if name == "decode_with_and_without_cache" else 1) for name, p in plan.items())
-    bar, own = _progress_bar(progress, total, "profile")
-    small = quick or tiny
-    bw = measure_bandwidth(dev, quick=small, repeats=3 if small else 7,
-                           buffer_bytes=64 * MiB if tiny else None)
-    _tick(bar, f"bandwidth {bw.read_bytes_per_s / GB:.1f} GB/s")
-    mm = measure_matmul_flops(dev, torch_dtype, quick=small, repeats=3 if small else 7,
-                              n=512 if tiny else None, force=force)
-    _tick(bar, f"GEMM {mm.flops_per_s / 1e9:.0f} GFLOP/s")
-    hw = hardware_record(dev, bw, mm, quick=quick)
-    weights = "random" if tiny else None
-    loaded = load_for_profile(shape, dev, torch_dtype, weights=weights, force=force)
-    _tick(bar, f"loaded {shape.name}")
-    real = shape.name == "smollm2-135m" and _has_real_weights() and not tiny
-    sweeps = {}
-    for name, params in plan.items():
-        params = dict(params)
-        if name == "tpot_vs_model_size":
-            # reuse the loaded model for its own shape rather than loading it twice
-            params["models"] = [loaded if getattr(m, "name", m) == shape.name else m
-                                for m in params["models"]]
-            sweeps[name] = SWEEPS[name](hardware=hw, device=dev, dtype=torch_dtype,
-                                        progress=bar, **params).to_dict()
-        else:
-            sweeps[name] = SWEEPS[name](loaded, hardware=hw, progress=bar, **params).to_dict()
-    if own:
-        bar.close()
+    with progress_bar(progress, total, "profile") as bar:
+        small = quick or tiny
+        bw = measure_bandwidth(dev, quick=small, repeats=3 if small else 7,
+                               buffer_bytes=64 * MiB if tiny else None)
+        tick(bar, f"bandwidth {bw.read_bytes_per_s / GB:.1f} GB/s")
+        mm = measure_matmul_flops(dev, torch_dtype, quick=small, repeats=3 if small else 7,
+                                  n=512 if tiny else None, force=force)
+        tick(bar, f"GEMM {mm.flops_per_s / 1e9:.0f} GFLOP/s")
+        hw = hardware_record(dev, bw, mm, quick=quick)
+        weights = "random" if tiny else None
+        loaded = load_for_profile(shape, dev, torch_dtype, weights=weights, force=force)
+        tick(bar, f"loaded {shape.name}")
+        real = shape.name == "smollm2-135m" and _has_real_weights() and not tiny
+        sweeps = {}
+        for name, params in plan.items():
+            params = dict(params)
+            if name == "tpot_vs_model_size":
+                # reuse the loaded model for its own shape rather than loading it twice
+                params["models"] = [loaded if getattr(m, "name", m) == shape.name else m
+                                    for m in params["models"]]
+                sweeps[name] = SWEEPS[name](hardware=hw, device=dev, dtype=torch_dtype,
+                                            progress=bar, **params).to_dict()
+            else:
+                sweeps[name] = SWEEPS[name](loaded, hardware=hw, progress=bar, **params).to_dict()
     return {
         "schema": "prefill-decode/profile/v1",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
