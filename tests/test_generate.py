@@ -149,3 +149,12 @@ def test_hf_safetensors_directory_round_trip(smol, tmp_path):
         torch.testing.assert_close(loaded(ids), model(ids))
     assert loaded_tok is not None and loaded_tok.encode("The sky is blue.") == tok.encode(
         "The sky is blue.")
+
+
+def test_arrival_times_add_each_decode_step_to_the_ttft() -> None:
+    from utils.generate import Generation
+
+    g = Generation(prompt_ids=[1], token_ids=[5, 6, 7], text="", ttft_seconds=0.100,
+                   tpot_seconds=[0.020, 0.030])
+    assert g.arrival_seconds == pytest.approx([0.100, 0.120, 0.150])
+    assert Generation([1], [5], "", 0.1).arrival_seconds == [0.1]

@@ -46,6 +46,15 @@ class Generation:
     dtype: str = "fp32"
 
     @property
+    def arrival_seconds(self) -> list[float]:
+        """When each token arrived, in seconds from the moment the prompt went in: TTFT, then
+        TTFT plus each decode step in turn."""
+        times = [self.ttft_seconds]
+        for step in self.tpot_seconds:
+            times.append(times[-1] + step)
+        return times
+
+    @property
     def mean_tpot_seconds(self) -> float:
         return sum(self.tpot_seconds) / len(self.tpot_seconds) if self.tpot_seconds else float("nan")
 
