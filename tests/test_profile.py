@@ -357,15 +357,15 @@ def test_matmul_sweep_counts_flops_and_bytes_by_hand() -> None:
 
 # ---- .ci/gpu-check: the prepared GPU run ----------------------------------------------------------
 
-def gpu_check_steps(root) -> list[tuple[str, list[str]]]:
+def gpu_check_steps(root) -> list[tuple[str, int, list[str]]]:
     import shlex
 
     text = (root / ".ci" / "gpu-check").read_text().replace("\\\n", " ")
     steps = []
     for line in text.splitlines():
         if line.startswith("step "):
-            _, name, _limit, *command = shlex.split(line)
-            steps.append((name, command))
+            _, name, limit, *command = shlex.split(line)
+            steps.append((name, int(limit), command))
     return steps
 
 
@@ -385,9 +385,10 @@ def test_gpu_check_steps_are_valid_command_lines(root, tmp_path) -> None:
     """Every step's arguments parse: on this CPU machine each stops at the CUDA check, with
     the clear message, not at a usage error."""
     steps = gpu_check_steps(root)
-    assert [name for name, _ in steps][0] == "decode-llama-3-8b-cuda_graph"
+    assert steps[0][0] == "decode-llama-3-8b-cuda_graph"
     assert len(steps) + 1 <= 8  # + nvidia-smi.log: what a lent GPU machine sends back
-    for name, command in steps:
+    assert sum(limit for _, limit, _ in steps) <= 570  # inside a 600 s command, with start-up
+    for name, _, command in steps:
         argv = [sys.executable if a == "$py" else a.replace("$out", str(tmp_path)) for a in command]
         proc = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, (name, proc.stderr[-500:])
