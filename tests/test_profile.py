@@ -288,7 +288,7 @@ def test_decode_bytes_count_one_row_of_an_untied_embedding() -> None:
 
 def test_bench_decode_reports_pairwise_ratios() -> None:
     r = bench_decode(TINY_MODEL, "cpu", "fp32", weights="random", context=8, pairs=3, steps=2,
-                     reads=1, buffer_bytes=64 * MiB)
+                     reads=1, buffer_bytes=64 * MiB, mode="eager")
     assert len(r.pair_ratios) == len(r.limit_samples) == len(r.model_samples) == 3
     for ratio, a, b in zip(r.pair_ratios, r.limit_samples, r.model_samples):
         assert ratio == pytest.approx((r.work / b) / (64 * MiB / a))
@@ -296,8 +296,19 @@ def test_bench_decode_reports_pairwise_ratios() -> None:
     report = format_decode(r).splitlines()
     assert re.fullmatch(r"decode: \d+\.\d\d of measured memory bandwidth \(\d+\.\d GB/s of "
                         r"\d+\.\d GB/s\), \d+\.\d tokens/s", report[-1]), report[-1]
-    # a tiny model is all overhead: the report points to a shape that is not
+    # a tiny model is all overhead: the report points to a shape that is not, and to numpy
     assert r.ratio < 0.7 and "--model smollm2-1.7b --weights random" in report[-2]
+    assert "--mode numpy" in report[-2]
+
+
+def test_bench_decode_measures_the_numpy_step_by_default_on_a_cpu_in_fp32() -> None:
+    r = bench_decode(TINY_MODEL, "cpu", "fp32", weights="random", context=8, pairs=1, steps=1,
+                     reads=1, buffer_bytes=64 * MiB)
+    assert r.params["mode"] == "numpy"
+    assert "mode numpy" in format_decode(r).splitlines()[0]
+    assert "utils.cpu_decode" in format_decode(r).splitlines()[-2]
+    with pytest.raises(ValueError, match="choose one of eager, compile, cuda_graph, numpy"):
+        bench_decode(TINY_MODEL, "cpu", "fp32", weights="random", mode="graph")
 
 
 def test_bench_serving_dispatches_to_the_simulator(capsys) -> None:

@@ -29,6 +29,7 @@ import torch
 from utils import roofline
 from utils.cli import Parser
 from utils.device import describe, dtype_name, pick_device, synchronize
+from utils.generate import DECODE_MODES
 from utils.hardware import bytes_per_element
 from utils.models import get_model
 from utils.profile import (
@@ -50,6 +51,12 @@ from utils.profile import (
 from utils.timing import Stopwatch, median
 
 BENCHMARKS = ("decode", "prefill", "serving")
+
+
+def default_mode(device: torch.device, dtype: torch.dtype) -> str:
+    """The decode loop `bench decode` measures unless told: numpy on a CPU in fp32 (the same
+    step without PyTorch's cost per operation, utils.cpu_decode), else eager PyTorch."""
+    return "numpy" if device.type == "cpu" and dtype == torch.float32 else "eager"
 
 
 @dataclass
@@ -115,22 +122,26 @@ def decode_bytes(model: Any, context: int, batch: int = 1, kv_slots: int | None 
 @torch.no_grad()  # not inference_mode: the KV cache it allocates must stay usable by generate()
 def bench_decode(model: Any = "smollm2-135m", device: str | None = None, dtype: str | None = None,
                  *, context: int = 128, pairs: int = 15, steps: int = 5, reads: int = 2,
-                 mode: str = "eager", buffer_bytes: int | None = None, force: bool = False,
+                 mode: str | None = None, buffer_bytes: int | None = None, force: bool = False,
                  weights: str | None = None, threads: int | None = None,
                  progress: bool = False) -> BenchResult:
     """Decode at batch 1 against the measured memory read bandwidth.
 
     Each pair: the median of `reads` readings of a large buffer (each the fastest of the
     read kernels of utils.profile.READ_KERNELS), then the median of `steps` decode
-    steps at the same position (`context` tokens cached; the same step each time). mode "eager",
-    "compile" or "cuda_graph" (utils.generate.make_decode_step); the last two read all cache
-    slots, so the cache is sized to exactly context + 1 slots for them. threads: PyTorch's CPU
+    steps at the same position (`context` tokens cached; the same step each time). mode: one of
+    utils.generate.DECODE_MODES; default the course's fastest decode loop for the device,
+    `default_mode` ("numpy" on a CPU in fp32, else "eager"). compile and cuda_graph read all
+    cache slots, so the cache is sized to exactly context + 1 slots for them. threads: PyTorch's CPU
     threads for the decode steps (default: what utils.generate uses for decode). The buffer is
     read with the decode's default thread setting, so neither reading finds the other thread
     pool still spinning (utils.profile.settle); numpy's BLAS uses every core in both.
     """
     dev = pick_device(device)
     torch_dtype = resolve_dtype(dev, dtype, force)
+    mode = mode or default_mode(dev, torch_dtype)
+    if mode not in DECODE_MODES:
+        raise ValueError(f"unknown decode mode {mode!r}: choose one of {', '.join(DECODE_MODES)}")
     if pairs < 1 or steps < 1 or reads < 1 or context < 0 or (threads is not None and threads < 1):
         raise ValueError(f"need pairs, steps, reads, threads >= 1 and context >= 0, got {pairs}, "
                          f"{steps}, {reads}, {threads}, {context}")
@@ -278,8 +289,11 @@ def format_decode(r: BenchResult) -> str:
     if r.ratio < 0.7 and p["mode"] == "eager":
         lines.append("the rest of each step is mostly fixed cost per operation, which does not grow "
                      "with the matrices: compare a larger shape, e.g. --model smollm2-1.7b "
-                     "--weights random"
-                     + ("" if r.meta["device"] == "cpu" else ", or --mode cuda_graph"))
+                     "--weights random, or "
+                     + ("--mode numpy" if r.meta["device"] == "cpu" else "--mode cuda_graph"))
+    if p["mode"] == "numpy":
+        lines.append("mode numpy: the model's own decode step run by numpy on its weights and KV "
+                     "cache (utils.cpu_decode); --mode eager times the PyTorch model as written")
     lines.append(f"decode: {r.ratio:.2f} of measured memory bandwidth ({r.model_per_s / GB:.1f} "
                  f"GB/s of {r.limit_per_s / GB:.1f} GB/s), {r.tokens_per_s:.1f} tokens/s")
     return "\n".join(lines)
@@ -310,7 +324,8 @@ USAGE = """usage: python -m utils.bench {decode,prefill,serving} [options]
   serving   seconds to simulate 10,000 requests per scheduling policy (utils.serving)
 
 options: --device cpu|cuda  --dtype fp32|bf16|fp16  --model NAME  --weights random
-         --pairs N  --context N (decode)  --steps N (decode)  --mode eager|compile|cuda_graph
+         --pairs N  --context N (decode)  --steps N (decode)
+         --mode eager|compile|cuda_graph|numpy (decode; default numpy on a CPU in fp32, else eager)
          --threads N (decode)  --tokens N (prefill)  --force  --json
 """
 
@@ -342,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     if which == "decode":
         p.add_argument("--context", type=int, default=128)
         p.add_argument("--steps", type=int, default=5)
-        p.add_argument("--mode", default="eager", choices=["eager", "compile", "cuda_graph"])
+        p.add_argument("--mode", default=None, choices=list(DECODE_MODES))
         p.add_argument("--threads", type=int, default=None,
                        help="CPU threads for the decode steps (the read always uses all)")
     else:

@@ -28,6 +28,7 @@ from utils.llama import MAX_BLAS_ROWS, Transformer
 from utils.timing import Stopwatch
 from utils.tokenizer import Tokenizer
 
+DECODE_MODES = ("eager", "compile", "cuda_graph", "numpy")  # see make_decode_step
 CACHE_ROUNDING = 256  # grow the KV cache in steps of this many slots, so it is rarely reallocated
 
 
@@ -101,8 +102,11 @@ def make_decode_step(model: Transformer, mode: str = "eager", batch_size: int = 
     mode "eager": the plain model, attending over the kv_len filled cache slots.
     mode "compile": torch.compile'd (CUDA graphs included on a GPU, mode "reduce-overhead").
     mode "cuda_graph": the step captured once as a CUDA graph and replayed (GPU only).
-    The last two use fixed shapes (they attend over all max_seq_len slots, masked), because a
-    small model on a big GPU is bound by the launch overhead of its ~300 kernels per step.
+    mode "numpy": the same step run by numpy on the model's weights and cache (CPU, float32 only;
+    utils.cpu_decode), without PyTorch's cost per operation.
+    compile and cuda_graph use fixed shapes (they attend over all max_seq_len slots, masked),
+    because a small model on a big GPU is bound by the launch overhead of its ~300 kernels per
+    step.
     Build the step right after setup_caches and before prefill (capture writes to cache slot 0).
     """
     if mode == "eager":
@@ -114,7 +118,11 @@ def make_decode_step(model: Transformer, mode: str = "eager", batch_size: int = 
         return lambda tokens, pos, kv_len: compiled(tokens, pos, full)
     if mode == "cuda_graph":
         return _CUDAGraphStep(model, batch_size)
-    raise ValueError(f"unknown decode mode {mode!r}: choose eager, compile or cuda_graph")
+    if mode == "numpy":
+        from utils.cpu_decode import NumpyDecodeStep
+
+        return NumpyDecodeStep(model)
+    raise ValueError(f"unknown decode mode {mode!r}: choose one of {', '.join(DECODE_MODES)}")
 
 
 class _CUDAGraphStep:

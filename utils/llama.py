@@ -19,6 +19,7 @@ Without input_pos, `model(token_ids)` recomputes the whole sequence and leaves t
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -26,6 +27,12 @@ from torch import Tensor, nn
 from utils.models import ModelShape
 
 MAX_BLAS_ROWS = 16  # decode batches up to this many rows take the OpenBLAS path below
+
+
+def rows_times_weight(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """x (rows, in) @ weight.T (weight is (out, in)) -> (rows, out), by numpy's BLAS: one
+    matrix-vector product for a single row."""
+    return (weight @ x[0])[None] if len(x) == 1 else x @ weight.T
 
 
 def linear(x: Tensor, weight: Tensor) -> Tensor:
@@ -45,9 +52,8 @@ def linear(x: Tensor, weight: Tensor) -> Tensor:
             and weight.dtype == torch.float32 and 0 < rows <= MAX_BLAS_ROWS
             and torch.get_num_threads() == 1
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))):
-        w = weight.detach().numpy()  # numpy has no autograd: only where none is needed
-        x2 = x.detach().reshape(rows, -1).numpy()
-        y = w @ x2[0] if rows == 1 else x2 @ w.T
+        # numpy has no autograd: only where none is needed
+        y = rows_times_weight(x.detach().reshape(rows, -1).numpy(), weight.detach().numpy())
         return torch.from_numpy(y).view(*x.shape[:-1], weight.shape[0])
     return F.linear(x, weight)
 

@@ -508,7 +508,7 @@ def decode_threads(device: torch.device, batch: int = 1, mode: str = "eager"
     that exists), so that timings here match a real generation; else no change."""
     import utils.generate as generate
 
-    if mode != "eager" or not hasattr(generate, "decode_threads"):
+    if mode not in ("eager", "numpy") or not hasattr(generate, "decode_threads"):
         return contextlib.nullcontext()
     return generate.decode_threads(device, batch)
 

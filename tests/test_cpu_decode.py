@@ -1,0 +1,113 @@
+"""The numpy decode step computes what the PyTorch model computes: the same logits, the same
+cache entries, the same greedy tokens; and it refuses what it cannot run."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from utils.cpu_decode import NumpyDecodeStep, rms_norm
+from utils.generate import generate, generate_batch, make_decode_step
+from utils.loading import load_model
+from utils.models import ModelShape
+
+# grouped-query attention (4 query heads share 2 KV heads), small enough to run in milliseconds
+TINY = ModelShape("tiny-gqa", n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=48,
+                  vocab_size=97, tied_embeddings=True)
+
+
+def tiny_model(tied: bool = True, seed: int = 0, std: float = 0.5):
+    shape = ModelShape(TINY.name, TINY.n_layers, TINY.d_model, TINY.n_heads, TINY.n_kv_heads,
+                       TINY.d_ff, TINY.vocab_size, tied_embeddings=tied)
+    model, _ = load_model(shape, device="cpu", dtype="fp32", weights="random", seed=seed)
+    model.init_random(std=std, seed=seed)  # larger weights than the default: a sharper test
+    return model
+
+
+def test_rms_norm_by_hand():
+    x = np.array([[3.0, 4.0]], dtype=np.float32)  # mean of squares (9 + 16) / 2 = 12.5
+    out = rms_norm(x, np.array([1.0, 2.0], dtype=np.float32), eps=0.0)
+    np.testing.assert_allclose(out, [[3 / 12.5**0.5, 2 * 4 / 12.5**0.5]], rtol=1e-6)
+    assert out.dtype == np.float32
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@torch.no_grad()
+def test_same_logits_and_cache_as_the_model(tied):
+    model = tiny_model(tied)
+    model.setup_caches(1, 16)
+    prompt = torch.tensor([[5, 17, 3, 88, 41]])
+    model(prompt, torch.arange(5))  # prefill writes slots 0..4
+    step = NumpyDecodeStep(model)
+    token, pos = torch.tensor([[60]]), torch.tensor([[5]])
+    got = step(token, pos)
+    got_k = [layer.attention.kv_cache.k_cache[0, :, 5].clone() for layer in model.layers]
+    got_v = [layer.attention.kv_cache.v_cache[0, :, 5].clone() for layer in model.layers]
+    for layer in model.layers:  # wipe slot 5, then let PyTorch write it
+        layer.attention.kv_cache.k_cache[:, :, 5] = 0
+        layer.attention.kv_cache.v_cache[:, :, 5] = 0
+    want = model(token, pos)
+    assert got.shape == want.shape == (1, 1, TINY.vocab_size)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for layer, k, v in zip(model.layers, got_k, got_v):
+        assert k.abs().sum() > 0  # the step did write the slot
+        torch.testing.assert_close(k, layer.attention.kv_cache.k_cache[0, :, 5], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(v, layer.attention.kv_cache.v_cache[0, :, 5], rtol=1e-5, atol=1e-6)
+
+
+@torch.no_grad()
+def test_rows_at_different_positions_attend_over_their_own_slots():
+    model = tiny_model()
+    model.setup_caches(2, 16)
+    prompts = torch.tensor([[5, 17, 3, 88, 41, 9], [7, 7, 2, 0, 0, 0]])  # row 1: 3 tokens
+    model(prompts, torch.arange(6))
+    token, pos = torch.tensor([[60], [12]]), torch.tensor([[6], [3]])
+    got = NumpyDecodeStep(model)(token, pos)
+    want = model(token, pos)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    # row 1 attends over slots 0..3 only: changing slot 4 (its padding) changes nothing
+    for layer in model.layers:
+        layer.attention.kv_cache.k_cache[1, :, 4] = 100.0
+    torch.testing.assert_close(NumpyDecodeStep(model)(token, pos)[1], want[1], rtol=1e-4, atol=1e-5)
+
+
+def test_greedy_generation_matches_eager_on_the_real_model():
+    model, tok = load_model(device="cpu")
+    prompt = tok.encode_chat("What is the capital of France?")
+    eager = generate(model, tok, prompt, max_new_tokens=12, stop_ids=[])
+    lean = generate(model, tok, prompt, max_new_tokens=12, stop_ids=[], decode_mode="numpy")
+    assert lean.token_ids == eager.token_ids
+    assert "Paris" in lean.text
+    prompts = [prompt, tok.encode("Once upon a time")]
+    batch = generate_batch(model, tok, prompts, max_new_tokens=6, decode_mode="numpy")
+    assert batch.token_ids == generate_batch(model, tok, prompts, max_new_tokens=6).token_ids
+
+
+@torch.no_grad()
+def test_large_activations_raise_no_overflow_warning():
+    model = tiny_model(std=20.0)  # SiLU sees gates far below -88, where exp(-x) overflows
+    model.setup_caches(1, 8)
+    model(torch.tensor([[1, 2, 3]]), torch.arange(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        logits = make_decode_step(model, "numpy")(torch.tensor([[4]]), torch.tensor([[3]]), 4)
+    assert torch.isfinite(logits).all()
+
+
+def test_bad_input_is_refused_with_what_is_accepted():
+    model = tiny_model()
+    with pytest.raises(RuntimeError, match="setup_caches"):
+        NumpyDecodeStep(model)(torch.tensor([[1]]), torch.tensor([[0]]))
+    model.setup_caches(1, 8)
+    step = NumpyDecodeStep(model)
+    with pytest.raises(ValueError, match=r"\(batch, 1\)"):
+        step(torch.tensor([[1, 2]]), torch.tensor([[0]]))
+    with pytest.raises(ValueError, match="do not fit the KV cache of 8 slots"):
+        step(torch.tensor([[1]]), torch.tensor([[8]]))
+    with pytest.raises(ValueError, match="max_batch_size 1"):
+        step(torch.tensor([[1], [2]]), torch.tensor([[0], [0]]))
+    with pytest.raises(ValueError, match="CPU in float32.*bfloat16.*eager"):
+        NumpyDecodeStep(model.to(torch.bfloat16))
+    with pytest.raises(ValueError, match="choose one of eager, compile, cuda_graph, numpy"):
+        make_decode_step(model, "fast")
