@@ -9,6 +9,7 @@ import torch
 
 from utils.cpu_decode import NumpyDecodeStep, rms_norm
 from utils.generate import generate, generate_batch, make_decode_step
+from utils.llama import rows_times_weight
 from utils.loading import load_model
 from utils.models import ModelShape
 
@@ -111,3 +112,24 @@ def test_bad_input_is_refused_with_what_is_accepted():
         NumpyDecodeStep(model.to(torch.bfloat16))
     with pytest.raises(ValueError, match="choose one of eager, compile, cuda_graph, numpy"):
         make_decode_step(model, "fast")
+
+
+@torch.no_grad()
+def test_matrix_products_are_timed_in_place_and_counted_by_hand():
+    from utils.profile import time_matrix_products
+
+    model = tiny_model(tied=False)
+    model.setup_caches(1, 16)
+    step = NumpyDecodeStep(model)
+    times = time_matrix_products(step, torch.tensor([[3]]), torch.tensor([[4]]), steps=3)
+    # per layer: wqkv (4 + 2 + 2 heads of 8 = 64 rows), wo, w13 (2 x 48 rows), w2; then the output
+    expected = {(64, 32): 2, (32, 32): 2, (96, 32): 2, (32, 48): 2, (97, 32): 1}
+    assert {shape: calls for shape, (calls, _, _) in times.products.items()} == expected
+    for (rows, cols), (calls, seconds, nbytes) in times.products.items():
+        assert nbytes == calls * rows * cols * 4 and seconds > 0
+    assert 0 < times.products_seconds < times.step_seconds
+    assert times.rest_seconds == pytest.approx(times.step_seconds - times.products_seconds)
+    assert "97 x 32" in times.table() and "everything else" in times.table()
+    assert step.matmul is rows_times_weight  # put back
+    with pytest.raises(ValueError, match="steps >= 1"):
+        time_matrix_products(step, torch.tensor([[3]]), torch.tensor([[4]]), steps=0)

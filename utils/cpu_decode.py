@@ -47,6 +47,7 @@ class NumpyDecodeStep:
         c = model.config
         self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim
         self.d_ff, self.eps = c.d_ff, c.norm_eps
+        self.matmul = rows_times_weight  # every matrix product; utils.profile swaps in a timed one
 
         def view(p: torch.Tensor) -> np.ndarray:
             return p.detach().numpy()  # shares memory with the model's parameter
@@ -83,7 +84,7 @@ class NumpyDecodeStep:
         B = len(token_ids)
         positions = input_pos.reshape(-1).expand(B).numpy()  # (B,): row b's position
         self._check(token_ids, positions)
-        H, KV, D = self.n_heads, self.n_kv_heads, self.head_dim
+        H, KV, D, matmul = self.n_heads, self.n_kv_heads, self.head_dim, self.matmul
         slots = positions.tolist()
         cos = self.model.rope_cos.numpy()[positions][:, None]  # (B, 1, D)
         sin = self.model.rope_sin.numpy()[positions][:, None]
@@ -92,7 +93,7 @@ class NumpyDecodeStep:
         x = self.embedding[token_ids.numpy()[:, 0]]  # (B, d_model)
         with np.errstate(over="ignore"):  # exp(-x) of SiLU overflows to inf for x < -88: fine
             for (attention_norm, wqkv, wo, ffn_norm, w13, w2), cache in zip(self.layers, caches):
-                qkv = rows_times_weight(rms_norm(x, attention_norm, self.eps), wqkv)
+                qkv = matmul(rms_norm(x, attention_norm, self.eps), wqkv)
                 qk = qkv[:, : (H + KV) * D].reshape(B, H + KV, D)  # q and k heads, one RoPE
                 first, second = qk[..., : D // 2], qk[..., D // 2:]
                 qk = qk * cos + np.concatenate([-second, first], axis=-1) * sin
@@ -106,9 +107,9 @@ class NumpyDecodeStep:
                     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
                     weights /= weights.sum(axis=-1, keepdims=True)
                     y[b] = (weights @ v_cache[b, :, : p + 1]).reshape(-1)
-                x = x + rows_times_weight(y, wo)
-                gate_up = rows_times_weight(rms_norm(x, ffn_norm, self.eps), w13)
+                x = x + matmul(y, wo)
+                gate_up = matmul(rms_norm(x, ffn_norm, self.eps), w13)
                 gate, up = gate_up[:, : self.d_ff], gate_up[:, self.d_ff:]
-                x = x + rows_times_weight(gate / (1 + np.exp(-gate)) * up, w2)
-        logits = rows_times_weight(rms_norm(x, self.final_norm, self.eps), self.output)
+                x = x + matmul(gate / (1 + np.exp(-gate)) * up, w2)
+        logits = matmul(rms_norm(x, self.final_norm, self.eps), self.output)
         return torch.from_numpy(logits).unsqueeze(1)

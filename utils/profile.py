@@ -709,6 +709,72 @@ def count_operations(fn: Callable[[], object]) -> OperationCounter:
     return counter
 
 
+@dataclass
+class ProductTimes:
+    """Where a numpy decode step's time goes (utils.cpu_decode): its matrix products, grouped by
+    weight shape, and everything else. Seconds and bytes are per step."""
+
+    step_seconds: float  # median seconds of a whole step
+    products: dict[tuple[int, int], tuple[int, float, float]]  # shape -> (calls, seconds, bytes)
+
+    @property
+    def products_seconds(self) -> float:
+        return sum(seconds for _, seconds, _ in self.products.values())
+
+    @property
+    def rest_seconds(self) -> float:
+        """The step minus its matrix products: the small operations around them."""
+        return self.step_seconds - self.products_seconds
+
+    def table(self) -> str:
+        """One line per weight shape: calls, milliseconds and GB/s per step, then the rest."""
+        lines = [f"{'weight shape':<16}{'calls':>6}{'ms/step':>9}{'GB/s':>7}"]
+        for (rows, cols), (calls, seconds, nbytes) in self.products.items():
+            lines.append(f"{f'{rows} x {cols}':<16}{calls:>6}{seconds * 1e3:>9.2f}"
+                         f"{nbytes / seconds / GB:>7.1f}")
+        lines.append(f"{'everything else':<22}{self.rest_seconds * 1e3:>9.2f}")
+        lines.append(f"{'whole step':<22}{self.step_seconds * 1e3:>9.2f}")
+        return "\n".join(lines)
+
+
+def time_matrix_products(step: Any, token_ids: torch.Tensor, input_pos: torch.Tensor, *,
+                         steps: int = 10, warmup: int = 2) -> ProductTimes:
+    """Run `step` (a utils.cpu_decode.NumpyDecodeStep) `warmup + steps` times on the same token
+    and position, timing each matrix product inside it and each whole step. The products are
+    timed in place, between the step's other work, which is where their speed matters: a small
+    matrix streams more slowly there than in a loop of its own. Per-product means per step."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got {steps} and {warmup}")
+    untimed = step.matmul
+    totals: dict[tuple[int, int], list[float]] = {}  # shape -> [calls, seconds, bytes]
+
+    def timed(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        start = time.perf_counter()
+        out = untimed(x, weight)
+        total = totals.setdefault(weight.shape, [0, 0.0, 0.0])
+        total[0] += 1
+        total[1] += time.perf_counter() - start
+        total[2] += weight.nbytes
+        return out
+
+    step.matmul = timed
+    step_seconds = []
+    try:
+        with decode_threads(torch.device("cpu"), len(token_ids), "numpy"):
+            for i in range(warmup + steps):
+                if i == warmup:
+                    totals.clear()
+                with Stopwatch("cpu") as sw:
+                    step(token_ids, input_pos)
+                if i >= warmup:
+                    step_seconds.append(sw.seconds)
+    finally:
+        step.matmul = untimed
+    products = {shape: (int(calls) // steps, seconds / steps, nbytes / steps)
+                for shape, (calls, seconds, nbytes) in totals.items()}
+    return ProductTimes(median(step_seconds), products)
+
+
 def ttft_vs_prompt_length(model: Any = "smollm2-135m", prompt_lengths: Iterable[int] = (16, 64, 256),
                           batch: int = 1, *, repeats: int = 3, warmup: int = 1,
                           hardware: Hardware | None = None, device: str | None = None,
