@@ -106,6 +106,8 @@ def test_bad_input_is_refused_with_what_is_accepted():
         step(torch.tensor([[1, 2]]), torch.tensor([[0]]))
     with pytest.raises(ValueError, match="do not fit the KV cache of 8 slots"):
         step(torch.tensor([[1]]), torch.tensor([[8]]))
+    with pytest.raises(ValueError, match="3 positions for 1 rows"):
+        step(torch.tensor([[1]]), torch.tensor([[0], [1], [2]]))
     with pytest.raises(ValueError, match="max_batch_size 1"):
         step(torch.tensor([[1], [2]]), torch.tensor([[0], [0]]))
     with pytest.raises(ValueError, match="CPU in float32.*bfloat16.*eager"):

@@ -1,13 +1,14 @@
-"""The course model's decode step in numpy, for the CPU: the same step, a fifth of the overhead.
+"""The course model's decode step in numpy, for the CPU: the same step, less overhead.
 
     step = NumpyDecodeStep(model)        # or utils.generate.make_decode_step(model, "numpy")
     logits = step(token_ids, input_pos)  # as model(token_ids, input_pos) for one new token
 
-A decode step of SmolLM2-135M reads 0.54 GB of weights in about 120 matrix-vector products,
-and runs about 900 small operations around them (norms, RoPE, attention over the cache, SwiGLU,
-residual adds). In eager PyTorch on a CPU each small operation costs a few microseconds of
-dispatch, whatever its size: on the course's 2-core machine that adds up to a third of the step.
-numpy does the same small operations for about a microsecond each. This class runs the step of
+A decode step of SmolLM2-135M reads 0.54 GB of fp32 weights in 121 matrix-vector products (4
+per layer, then the output), and runs about 900 small operations around them (norms, RoPE,
+attention over the cache, SwiGLU, residual adds). In eager PyTorch on a CPU each small operation
+costs a few microseconds of dispatch, whatever its size: on the course's 2-core test machine, a
+third of the step or more. numpy does the same small operations for about a microsecond each
+(chapter 3's lab measures both, with a skeleton model that is all overhead). This class runs the step of
 `utils.llama` line for line, on zero-copy numpy views of the model's own weights and KV cache,
 so it writes the same cache that prefill wrote, and a test checks that both give the same
 logits. It does on a CPU what CUDA graphs and torch.compile do on a GPU: it removes overhead,
@@ -82,6 +83,9 @@ class NumpyDecodeStep:
     def __call__(self, token_ids: torch.Tensor, input_pos: torch.Tensor,
                  kv_len: int | None = None) -> torch.Tensor:
         B = len(token_ids)
+        if input_pos.numel() not in (1, B):
+            raise ValueError(f"input_pos has {input_pos.numel()} positions for {B} rows: give one "
+                             "per row, shape (batch, 1), or one for all")
         positions = input_pos.reshape(-1).expand(B).numpy()  # (B,): row b's position
         self._check(token_ids, positions)
         H, KV, D, matmul = self.n_heads, self.n_kv_heads, self.head_dim, self.matmul
