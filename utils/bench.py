@@ -273,8 +273,8 @@ def format_decode(r: BenchResult) -> str:
     p = r.params
     lines = [
         f"model {p['model']}, batch 1, context {p['context']} tokens, {r.meta['dtype']} on "
-        f"{r.meta['device']} ({r.meta['device_name']}), {p['threads']} PyTorch threads for decode "
-        f"({p['read_threads']} for the read), mode {p['mode']}",
+        f"{r.meta['device']} ({r.meta['device_name']}), PyTorch threads: {p['threads']} for decode, "
+        f"{p['read_threads']} for the read; mode {p['mode']}",
         f"bytes per step: {r.work / 1e6:.1f} MB (every weight matrix once, "
         + ("the tied embedding/output table once" if p["tied"] else "one row of the input embedding")
         + f", plus {p['context'] + 1} positions of KV cache)",
