@@ -98,10 +98,16 @@ def test_chat_json_output(capsys):
     assert {"prompt_ids", "token_ids", "text", "ttft_seconds", "tpot_seconds"} <= set(record)
     assert record["text"].startswith(" Paris")
     assert len(record["token_ids"]) == 3 and len(record["tpot_seconds"]) == 2
+    assert record["decode_mode"] == "eager"
+    assert chat_main(["The capital of France is", "--raw", "--json", "--max-new-tokens", "3",
+                      "--device", "cpu", "--mode", "numpy"]) == 0
+    lean = json.loads(capsys.readouterr().out)
+    assert lean["decode_mode"] == "numpy" and lean["token_ids"] == record["token_ids"]
 
 
 @pytest.mark.parametrize("argv", [["hi", "--max-new-tokens", "0"], ["hi", "--device", "tpu"],
-                                  ["hi", "--max-new-tokens", "x"], [], ["hi", "--bogus"]])
+                                  ["hi", "--max-new-tokens", "x"], [], ["hi", "--bogus"],
+                                  ["hi", "--mode", "fast"], ["hi", "--mode", "cuda_graph"]])
 def test_chat_bad_arguments_exit_2_with_one_line(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         chat_main(argv)

@@ -17,6 +17,7 @@ import time
 
 from utils.cli import Parser
 from utils.device import describe, pick_device
+from utils.generate import DECODE_MODES
 
 
 def _positive_int(text: str) -> int:
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--top-p", type=_non_negative_float, default=1.0,
                         help="nucleus sampling mass, 0 < p <= 1 (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for sampling")
+    parser.add_argument("--mode", choices=list(DECODE_MODES), default="eager",
+                        help="how decode steps run (utils.generate.make_decode_step); numpy: "
+                             "the same step without PyTorch's overhead, CPU in fp32 only")
     return parser
 
 
@@ -79,21 +83,25 @@ def main(argv: list[str] | None = None) -> int:
     def show(token_id: int, text: str) -> None:
         print(text, end="", flush=True)
 
-    record = generate(model, tokenizer, prompt_ids, max_new_tokens=args.max_new_tokens,
-                      temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                      on_token=None if args.json else show)
+    try:
+        record = generate(model, tokenizer, prompt_ids, max_new_tokens=args.max_new_tokens,
+                          temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                          decode_mode=args.mode, on_token=None if args.json else show)
+    except ValueError as err:  # e.g. a decode mode this device cannot run, a prompt too long
+        parser.error(str(err))
     if args.json:
         print(json.dumps({
             "prompt_ids": record.prompt_ids, "token_ids": record.token_ids, "text": record.text,
             "ttft_seconds": record.ttft_seconds, "tpot_seconds": record.tpot_seconds,
             "stop_reason": record.stop_reason, "load_seconds": load_seconds,
+            "decode_mode": args.mode,
             **describe(device, model.output.weight.dtype),
         }))
         return 0
     print()
     info = describe(device, model.output.weight.dtype)
     tpot = record.mean_tpot_seconds
-    print(f"\n[{info['device']} {info['dtype']}, {len(prompt_ids)} prompt tokens, "
+    print(f"\n[{info['device']} {info['dtype']}, decode {args.mode}, {len(prompt_ids)} prompt tokens, "
           f"{len(record.token_ids)} generated, load {load_seconds:.2f} s] "
           f"TTFT {record.ttft_seconds * 1e3:.1f} ms, mean TPOT {tpot * 1e3:.1f} ms "
           f"({1 / tpot:.1f} tokens/s)", file=sys.stderr)
