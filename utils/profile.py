@@ -741,8 +741,8 @@ def time_matrix_products(step: Any, token_ids: torch.Tensor, input_pos: torch.Te
                          steps: int = 10, warmup: int = 2) -> ProductTimes:
     """Run `step` (a utils.cpu_decode.NumpyDecodeStep) `warmup + steps` times on the same token
     and position, timing each matrix product inside it and each whole step. The products are
-    timed in place, between the step's other work, which is where their speed matters: a small
-    matrix streams more slowly there than in a loop of its own. Per-product means per step."""
+    timed in place, between the step's other work and with the caches as the step leaves them,
+    which is where their speed matters. Products: means per step; the step: the median."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got {steps} and {warmup}")
     untimed = step.matmul
