@@ -1,6 +1,7 @@
 """The numpy decode step computes what the PyTorch model computes: the same logits, the same
 cache entries, the same greedy tokens; and it refuses what it cannot run."""
 
+import re
 import warnings
 
 import numpy as np
@@ -110,7 +111,7 @@ def test_bad_input_is_refused_with_what_is_accepted():
         step(torch.tensor([[1]]), torch.tensor([[0], [1], [2]]))
     with pytest.raises(ValueError, match="max_batch_size 1"):
         step(torch.tensor([[1], [2]]), torch.tensor([[0], [0]]))
-    with pytest.raises(ValueError, match="CPU in float32.*bfloat16.*eager"):
+    with pytest.raises(ValueError, match="runs in fp32, not bf16: load the model in fp32"):
         NumpyDecodeStep(model.to(torch.bfloat16))
     with pytest.raises(ValueError, match="choose one of eager, compile, cuda_graph, numpy"):
         make_decode_step(model, "fast")
@@ -135,3 +136,32 @@ def test_matrix_products_are_timed_in_place_and_counted_by_hand():
     assert step.matmul is rows_times_weight  # put back
     with pytest.raises(ValueError, match="steps >= 1"):
         time_matrix_products(step, torch.tensor([[3]]), torch.tensor([[4]]), steps=0)
+
+
+@pytest.mark.parametrize("mode, device, dtype, message", [
+    ("fast", "cpu", torch.float32, "unknown decode mode 'fast': choose one of eager, compile, "
+                                   "cuda_graph, numpy"),
+    ("cuda_graph", "cpu", torch.float32, "needs a CUDA device, not cpu: use eager, compile or numpy"),
+    ("numpy", "cpu", torch.bfloat16, "runs in fp32, not bf16: load the model in fp32, or use "
+                                     "mode eager or compile"),
+    ("numpy", "cuda", torch.float32, "runs on a CPU, not on cuda: use eager, compile or cuda_graph"),
+])
+def test_decode_modes_a_device_cannot_run_are_refused_before_any_loading(mode, device, dtype,
+                                                                         message):
+    from utils.generate import check_decode_mode
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_decode_mode(mode, device, dtype)
+    for fine in ("eager", "compile"):
+        check_decode_mode(fine, device, dtype)
+
+
+def test_bench_refuses_a_mode_before_loading_the_model(monkeypatch):
+    import utils.bench as bench
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the mode was checked")
+
+    monkeypatch.setattr(bench, "load_for_profile", no_loading)
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        bench.bench_decode("smollm2-135m", "cpu", "fp32", mode="cuda_graph")

@@ -29,7 +29,7 @@ import torch
 from utils import roofline
 from utils.cli import Parser
 from utils.device import describe, dtype_name, pick_device, synchronize
-from utils.generate import DECODE_MODES
+from utils.generate import DECODE_MODES, check_decode_mode
 from utils.hardware import bytes_per_element
 from utils.models import get_model
 from utils.profile import (
@@ -140,8 +140,7 @@ def bench_decode(model: Any = "smollm2-135m", device: str | None = None, dtype: 
     dev = pick_device(device)
     torch_dtype = resolve_dtype(dev, dtype, force)
     mode = mode or default_mode(dev, torch_dtype)
-    if mode not in DECODE_MODES:
-        raise ValueError(f"unknown decode mode {mode!r}: choose one of {', '.join(DECODE_MODES)}")
+    check_decode_mode(mode, dev, torch_dtype)  # before loading anything
     if pairs < 1 or steps < 1 or reads < 1 or context < 0 or (threads is not None and threads < 1):
         raise ValueError(f"need pairs, steps, reads, threads >= 1 and context >= 0, got {pairs}, "
                          f"{steps}, {reads}, {threads}, {context}")

@@ -16,8 +16,8 @@ import sys
 import time
 
 from utils.cli import Parser
-from utils.device import describe, pick_device
-from utils.generate import DECODE_MODES
+from utils.device import describe, pick_device, to_torch_dtype
+from utils.generate import DECODE_MODES, check_decode_mode
 
 
 def _positive_int(text: str) -> int:
@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         device = pick_device(None if args.device == "auto" else args.device)
     except ValueError as err:
         parser.error(f"argument --device: {err}")
+    try:
+        check_decode_mode(args.mode, device, to_torch_dtype(None, device))
+    except ValueError as err:
+        parser.error(f"argument --mode: {err}")
 
     from utils.generate import generate
     from utils.loading import load_model
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         record = generate(model, tokenizer, prompt_ids, max_new_tokens=args.max_new_tokens,
                           temperature=args.temperature, top_p=args.top_p, seed=args.seed,
                           decode_mode=args.mode, on_token=None if args.json else show)
-    except ValueError as err:  # e.g. a decode mode this device cannot run, a prompt too long
+    except ValueError as err:  # e.g. a prompt longer than the model's context
         parser.error(str(err))
     if args.json:
         print(json.dumps({

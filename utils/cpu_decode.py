@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from utils.generate import check_decode_mode
 from utils.llama import Transformer, rows_times_weight
 
 
@@ -39,11 +40,7 @@ class NumpyDecodeStep:
     """
 
     def __init__(self, model: Transformer) -> None:
-        weight = model.output.weight
-        if weight.device.type != "cpu" or weight.dtype != torch.float32:
-            raise ValueError(f"decode mode 'numpy' runs on a CPU in float32; this model is on "
-                             f"{weight.device.type} in {weight.dtype}: use mode eager, compile or "
-                             "cuda_graph there")
+        check_decode_mode("numpy", model.output.weight.device, model.output.weight.dtype)
         self.model = model
         c = model.config
         self.n_heads, self.n_kv_heads, self.head_dim = c.n_heads, c.n_kv_heads, c.head_dim

@@ -95,6 +95,23 @@ def sample(logits: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def check_decode_mode(mode: str, device: torch.device | str, dtype: torch.dtype) -> None:
+    """Raise ValueError if decode `mode` cannot run a model on `device` in `dtype`: callers check
+    before loading a model, so a wrong choice fails at once, with what is accepted."""
+    device = torch.device(device)
+    if mode not in DECODE_MODES:
+        raise ValueError(f"unknown decode mode {mode!r}: choose one of {', '.join(DECODE_MODES)}")
+    if mode == "cuda_graph" and device.type != "cuda":
+        raise ValueError(f"decode mode 'cuda_graph' needs a CUDA device, not {device.type}: use "
+                         "eager, compile" + (" or numpy" if device.type == "cpu" else ""))
+    if mode == "numpy" and device.type != "cpu":
+        raise ValueError(f"decode mode 'numpy' runs on a CPU, not on {device.type}: use eager, "
+                         "compile or cuda_graph there")
+    if mode == "numpy" and dtype != torch.float32:
+        raise ValueError(f"decode mode 'numpy' runs in fp32, not {dtype_name(dtype)}: load the model "
+                         "in fp32, or use mode eager or compile")
+
+
 def make_decode_step(model: Transformer, mode: str = "eager", batch_size: int = 1
                      ) -> Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]:
     """A function (token_ids (B, 1), input_pos (B, 1), kv_len) -> logits (B, 1, vocab).
@@ -109,6 +126,8 @@ def make_decode_step(model: Transformer, mode: str = "eager", batch_size: int = 
     step.
     Build the step right after setup_caches and before prefill (capture writes to cache slot 0).
     """
+    weight = model.output.weight
+    check_decode_mode(mode, weight.device, weight.dtype)
     if mode == "eager":
         return lambda tokens, pos, kv_len: model(tokens, pos, kv_len)
     full = model.max_seq_len
@@ -122,7 +141,7 @@ def make_decode_step(model: Transformer, mode: str = "eager", batch_size: int = 
         from utils.cpu_decode import NumpyDecodeStep
 
         return NumpyDecodeStep(model)
-    raise ValueError(f"unknown decode mode {mode!r}: choose one of {', '.join(DECODE_MODES)}")
+    raise AssertionError(f"check_decode_mode let {mode!r} through")
 
 
 class _CUDAGraphStep:
@@ -130,8 +149,7 @@ class _CUDAGraphStep:
 
     def __init__(self, model: Transformer, batch_size: int) -> None:
         device = model.output.weight.device
-        if device.type != "cuda":
-            raise ValueError("decode mode 'cuda_graph' needs the model on a CUDA device")
+        check_decode_mode("cuda_graph", device, model.output.weight.dtype)
         self.tokens = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(batch_size, 1, dtype=torch.long, device=device)
         full = model.max_seq_len
