@@ -105,10 +105,12 @@ def test_bad_input_is_refused_with_what_is_accepted():
     step = NumpyDecodeStep(model)
     with pytest.raises(ValueError, match=r"\(batch, 1\)"):
         step(torch.tensor([[1, 2]]), torch.tensor([[0]]))
-    with pytest.raises(ValueError, match="do not fit the KV cache of 8 slots"):
+    with pytest.raises(ValueError, match="position 8 does not fit the KV cache of 8 slots"):
         step(torch.tensor([[1]]), torch.tensor([[8]]))
-    with pytest.raises(ValueError, match="3 positions for 1 rows"):
+    with pytest.raises(ValueError, match=r"one position >= 0 per row .* got \[\[0\], \[1\], \[2\]\] for 1 rows"):
         step(torch.tensor([[1]]), torch.tensor([[0], [1], [2]]))
+    with pytest.raises(ValueError, match="one position >= 0 per row"):
+        step(torch.tensor([[1]]), torch.tensor([[-1]]))
     with pytest.raises(ValueError, match="max_batch_size 1"):
         step(torch.tensor([[1], [2]]), torch.tensor([[0], [0]]))
     with pytest.raises(ValueError, match="runs in fp32, not bf16: load the model in fp32"):

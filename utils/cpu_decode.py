@@ -60,31 +60,17 @@ class NumpyDecodeStep:
             for layer in model.layers
         ]
 
-    def _check(self, token_ids: torch.Tensor, positions: np.ndarray) -> None:
-        model = self.model
-        if model.max_seq_len == 0:
-            raise RuntimeError("no KV cache: call model.setup_caches(max_batch_size, max_seq_len) "
-                               "first")
-        if token_ids.ndim != 2 or token_ids.shape[1] != 1:
-            raise ValueError(f"a decode step takes token_ids of shape (batch, 1), got "
-                             f"{tuple(token_ids.shape)}: run the prompt through model(...) first")
-        if len(token_ids) > model.max_batch_size:
-            raise ValueError(f"batch of {len(token_ids)} rows > max_batch_size "
-                             f"{model.max_batch_size} of the KV cache: call setup_caches with a "
-                             "larger batch")
-        if positions.min() < 0 or positions.max() >= model.max_seq_len:
-            raise ValueError(f"positions {positions.min()}..{positions.max()} do not fit the KV "
-                             f"cache of {model.max_seq_len} slots: call setup_caches with a "
-                             "longer one")
-
     def __call__(self, token_ids: torch.Tensor, input_pos: torch.Tensor,
                  kv_len: int | None = None) -> torch.Tensor:
         B = len(token_ids)
-        if input_pos.numel() not in (1, B):
-            raise ValueError(f"input_pos has {input_pos.numel()} positions for {B} rows: give one "
-                             "per row, shape (batch, 1), or one for all")
+        if token_ids.ndim != 2 or token_ids.shape[1] != 1:
+            raise ValueError(f"a decode step takes token_ids of shape (batch, 1), got "
+                             f"{tuple(token_ids.shape)}: run the prompt through model(...) first")
+        if input_pos.numel() not in (1, B) or int(input_pos.min()) < 0:
+            raise ValueError(f"input_pos must hold one position >= 0 per row (or one for all), got "
+                             f"{input_pos.tolist()} for {B} rows")
         positions = input_pos.reshape(-1).expand(B).numpy()  # (B,): row b's position
-        self._check(token_ids, positions)
+        self.model.check_cache(B, int(positions.max()))
         H, KV, D, matmul = self.n_heads, self.n_kv_heads, self.head_dim, self.matmul
         slots = positions.tolist()
         cos = self.model.rope_cos.numpy()[positions][:, None]  # (B, 1, D)

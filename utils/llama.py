@@ -228,6 +228,18 @@ class Transformer(nn.Module):
                 total += cache.k_cache.nbytes + cache.v_cache.nbytes
         return total
 
+    def check_cache(self, batch: int, last_position: int) -> None:
+        """Raise, saying what to do, unless `batch` rows up to `last_position` fit the KV cache."""
+        if self.max_seq_len == 0:
+            raise RuntimeError("no KV cache: call model.setup_caches(max_batch_size, max_seq_len) "
+                               "first, or call model(token_ids) without input_pos")
+        if batch > self.max_batch_size:
+            raise ValueError(f"batch of {batch} rows > max_batch_size {self.max_batch_size} of "
+                             "the KV cache: call setup_caches with a larger batch")
+        if last_position >= self.max_seq_len:
+            raise ValueError(f"position {last_position} does not fit the KV cache of "
+                             f"{self.max_seq_len} slots: call setup_caches with a longer one")
+
     def _ensure_rope(self, length: int) -> None:
         weight = self.output.weight
         if self.rope_cos is None or len(self.rope_cos) < length or \
@@ -254,19 +266,11 @@ class Transformer(nn.Module):
             kv_len = T
             self._ensure_rope(T)
         else:
-            if self.max_seq_len == 0:
-                raise RuntimeError("no KV cache: call model.setup_caches(max_batch_size, "
-                                   "max_seq_len) first, or call model(token_ids) without input_pos")
-            if B > self.max_batch_size:
-                raise ValueError(f"batch of {B} rows > max_batch_size {self.max_batch_size} of "
-                                 "the KV cache: call setup_caches with a larger batch")
             positions = input_pos.expand(B, T)
             if kv_len is None:
                 kv_len = int(positions.max()) + 1
+            self.check_cache(B, kv_len - 1)
             self._ensure_rope(self.max_seq_len)
-            if kv_len > self.max_seq_len:
-                raise ValueError(f"position {kv_len - 1} does not fit the KV cache of "
-                                 f"{self.max_seq_len} slots: call setup_caches with a longer one")
         cos = self.rope_cos[positions].unsqueeze(1)  # (B, 1, T, head_dim)
         sin = self.rope_sin[positions].unsqueeze(1)
         # a query at position p sees key slots 0..p of its own row
