@@ -17,7 +17,7 @@ import time
 
 from utils.cli import Parser
 from utils.device import describe, pick_device, to_torch_dtype
-from utils.generate import DECODE_MODES, check_decode_mode
+from utils.generate import DECODE_MODES, check_decode_mode, generate
 
 
 def _positive_int(text: str) -> int:
@@ -76,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(f"argument --mode: {err}")
 
-    from utils.generate import generate
     from utils.loading import load_model
 
     start = time.perf_counter()
