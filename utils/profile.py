@@ -640,6 +640,15 @@ def _record(x_key: str, x: Any, samples: list[float], cost: roofline.StepCost,
             "flops_per_s": cost.flops / seconds, "bytes_per_s": cost.bytes / seconds}
 
 
+def _decode_record(model: Any, hw: Hardware, batch: int, context: int, x_key: str, x: Any, /, *,
+                   steps: int, warmup: int, **extra: Any) -> dict[str, Any]:
+    """Time decode steps of `batch` sequences at `context` (time_decode) and record them next to
+    the roofline cost of such a step on `hw`."""
+    cost = roofline.decode_cost(model.config, hw, dtype_name(model_dtype(model)), batch, context)
+    samples = time_decode(model, batch, context, steps=steps, warmup=warmup)
+    return _record(x_key, x, samples, cost, **extra)
+
+
 def matmul_sweep(device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
                  token_counts: Iterable[int] = (1, 8, 64, 512), k: int = 4096, m: int = 4096, *,
                  repeats: int = 5, warmup: int = 2, force: bool = False, seed: int = 0,
@@ -808,9 +817,8 @@ def tpot_vs_batch_size(model: Any = "smollm2-135m", batch_sizes: Iterable[int] =
     with progress_bar(progress, len(sizes), "TPOT vs batch size") as bar:
         records = []
         for b in sizes:
-            samples = time_decode(model, b, context, steps=steps, warmup=warmup)
-            cost = roofline.decode_cost(shape, hw, dt, b, context)
-            rec = _record("batch", b, samples, cost, context=context)
+            rec = _decode_record(model, hw, b, context, "batch", b, steps=steps, warmup=warmup,
+                                 context=context)
             rec["tokens_per_s"] = b / rec["seconds"]
             records.append(rec)
             tick(bar, f"batch {b}")
@@ -833,9 +841,8 @@ def tpot_vs_context_length(model: Any = "smollm2-135m",
     with progress_bar(progress, len(ctxs), "TPOT vs context") as bar:
         records = []
         for c in ctxs:
-            samples = time_decode(model, batch, c, steps=steps, warmup=warmup)
-            cost = roofline.decode_cost(shape, hw, dt, batch, c)
-            rec = _record("context", c, samples, cost, batch=batch)
+            rec = _decode_record(model, hw, batch, c, "context", c, steps=steps, warmup=warmup,
+                                 batch=batch)
             rec["kv_cache_bytes"] = batch * (c + 1) * roofline.kv_cache_bytes_per_token(shape, dt)
             records.append(rec)
             tick(bar, f"context {c}")
@@ -858,9 +865,8 @@ def decode_with_and_without_cache(model: Any = "smollm2-135m",
     with progress_bar(progress, 2 * len(ctxs), "decode with/without cache") as bar:
         records = []
         for c in ctxs:
-            samples = time_decode(model, 1, c, steps=steps, warmup=warmup)
-            records.append(_record("context", c, samples, roofline.decode_cost(shape, hw, dt, 1, c),
-                                   cached=True))
+            records.append(_decode_record(model, hw, 1, c, "context", c, steps=steps,
+                                          warmup=warmup, cached=True))
             tick(bar, f"cached, context {c}")
             samples = time_decode(model, 1, c, steps=steps, warmup=warmup, use_cache=False)
             cost = roofline.prefill_cost(shape, hw, dt, c + 1, kv_cache=False)
@@ -926,11 +932,10 @@ def tpot_vs_model_size(models: Sequence[Any] = ("smollm2-135m", "smollm2-360m"),
                 # the sweep spans minutes, and a shared machine's bandwidth drifts: predict each
                 # model from a reading taken just before it
                 now = measure_bandwidth(dev, quick=True, repeats=3).read_bytes_per_s
-                cost = roofline.decode_cost(shape, dataclasses.replace(hw, bandwidth=now), dt, 1, context)
-                samples = time_decode(model, 1, context, steps=steps, warmup=warmup)
-                records.append(_record("weight_bytes", base["weight_bytes"], samples, cost,
-                                       model=shape.name, n_params=shape.n_params, context=context,
-                                       bandwidth_bytes_per_s=now))
+                records.append(_decode_record(
+                    model, dataclasses.replace(hw, bandwidth=now), 1, context, "weight_bytes",
+                    base["weight_bytes"], steps=steps, warmup=warmup, model=shape.name,
+                    n_params=shape.n_params, context=context, bandwidth_bytes_per_s=now))
             if not loaded:
                 del model
                 _free(dev)
